@@ -1,0 +1,1 @@
+"""prescaler_forecast: demand forecasting for prescaler (pure: no Kubernetes or Prometheus)."""

@@ -1,0 +1,57 @@
+"""The ``prescaler`` command line: ``plan``, ``forecast``, ``backtest`` and ``run``.
+
+Each subcommand lives in its own module that exposes ``register(subparsers)``; the module
+sets ``func`` on its parser. Subcommand modules import heavy dependencies (Prophet, kopf,
+matplotlib) inside their handlers so that ``prescaler --help`` stays instant.
+
+Bad input never produces a traceback: handlers raise :class:`CliError` (or ``ValueError``
+from the domain), which is printed as one line naming the offending flag, with exit code 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+
+from prescaler.cli._common import CliError
+
+__all__ = ["CliError", "build_parser", "main"]
+
+# Subcommand modules, in help order. A module that is not there yet is skipped.
+_SUBCOMMANDS = ("plan", "forecast", "backtest", "run")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="prescaler",
+        description="Predictive pre-scaling of LLM inference on Kubernetes.",
+    )
+    subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for name in _SUBCOMMANDS:
+        try:
+            module = importlib.import_module(f"prescaler.cli.{name}")
+        except ModuleNotFoundError as exc:
+            if exc.name == f"prescaler.cli.{name}":
+                continue
+            raise
+        module.register(subparsers)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        code: int = args.func(args)
+    except (CliError, ValueError) as exc:
+        print(f"prescaler {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+    return code
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
