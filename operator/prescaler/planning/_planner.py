@@ -1,0 +1,284 @@
+"""The planner: a pure function from forecast, capacity, fleet, policy and clock to a plan.
+
+The rules, in order:
+
+1. **Lead time.** Replicas asked for now are ready one cold start from now, so the target
+   is the largest requirement over ``[now, now + cold start + margin]``, computed on the
+   forecast's *upper* quantile. The latest observed demand is a floor under it, so a
+   forecast that lags a level shift never plans below what is already arriving.
+2. **Windows.** Every scheduled window whose pre-warm span ``[start - lead, end)`` touches
+   that lookahead adds its minimum (replicas, or load through the capacity model). The lead
+   is stretched to the cold start plus margin when it is shorter, so the capacity is ready
+   when the window opens.
+3. **Bounds.** The result is clamped to ``[min_replicas, max_replicas]``.
+4. **Missing data holds.** With no usable forecast (none, empty, stale or garbage), the
+   plan may grow on observed demand and windows but never shrinks.
+5. **Scale-down pacing.** Down moves happen at most once per stabilization period, only
+   after a quiet period since the last scale-up, by a bounded step, and never below the
+   windows' floor. Scale-up is immediate (optionally step-bounded).
+6. **Standby.** Warm standby covers the gap between the forecast's upper peak over the
+   whole horizon and the plan, so a surprise beyond the lookahead starts from a warm node.
+
+The planner never talks to a cluster: applying a plan is someone else's job.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from typing import Literal, Protocol
+
+from prescaler.capacity import CapacityModel, Constraint
+from prescaler.planning._windows import Occurrence, ScheduledWindow
+
+Mode = Literal["replicas", "hpaFloor"]
+Action = Literal["scale_up", "scale_down", "hold", "steady"]
+
+
+class DemandPoint(Protocol):
+    """One forecast step: demand in requests/s over the step that ends at ``t``."""
+
+    @property
+    def t(self) -> float: ...
+    @property
+    def mean(self) -> float: ...
+    @property
+    def upper(self) -> float: ...
+
+
+class ForecastLike(Protocol):
+    """What the planner needs of a forecast (``prescaler_forecast.Forecast`` fits)."""
+
+    @property
+    def points(self) -> Sequence[DemandPoint]: ...
+    @property
+    def generated_at(self) -> float: ...
+    @property
+    def step_seconds(self) -> float: ...
+
+
+@dataclass(frozen=True, slots=True)
+class ScalingPolicy:
+    """How far ahead, how fast and within which bounds to scale."""
+
+    min_replicas: int = 1
+    max_replicas: int = 10
+    lead_margin_seconds: float = 60.0
+    """Added to the cold start: how much earlier than strictly needed capacity is ready."""
+    scale_down_stabilization_seconds: float = 600.0
+    """At most one scale-down per period, and none this soon after a scale-up."""
+    scale_down_max_percent: float = 50.0
+    """A scale-down step removes at most this share of current replicas (at least one)."""
+    scale_up_max_step: int | None = None
+    """Replicas added per decision at most; ``None`` means unbounded."""
+    forecast_max_age_seconds: float = 900.0
+    """A forecast older than this is stale: hold, don't shrink."""
+    standby_max_replicas: int = 0
+    """Upper bound on warm standby (placeholders); 0 disables standby."""
+    mode: Mode = "replicas"
+    """``replicas`` sets the target's replica count; ``hpaFloor`` sets an HPA's minReplicas."""
+
+    def __post_init__(self) -> None:
+        if self.min_replicas < 0:
+            raise ValueError("minReplicas must be >= 0")
+        if self.max_replicas < max(self.min_replicas, 1):
+            raise ValueError("maxReplicas must be >= minReplicas and >= 1")
+        if self.lead_margin_seconds < 0 or self.scale_down_stabilization_seconds < 0:
+            raise ValueError("lead margin and stabilization must be >= 0")
+        if not 0 < self.scale_down_max_percent <= 100:
+            raise ValueError("scale-down step percent must be in (0, 100]")
+        if self.scale_up_max_step is not None and self.scale_up_max_step < 1:
+            raise ValueError("scale-up step must be >= 1")
+        if self.standby_max_replicas < 0:
+            raise ValueError("standby max replicas must be >= 0")
+
+
+@dataclass(frozen=True, slots=True)
+class FleetState:
+    """What the cluster looks like now, as far as the planner cares."""
+
+    current_replicas: int
+    """Replicas the target asks for now (in hpaFloor mode: the HPA's current minReplicas)."""
+    ready_replicas: int = 0
+    last_scale_up_at: float | None = None
+    last_scale_down_at: float | None = None
+    observed_requests_per_second: float | None = None
+    """Latest measured demand; ``None`` when metrics are missing."""
+
+
+@dataclass(frozen=True, slots=True)
+class PlanInputs:
+    now: float
+    capacity: CapacityModel
+    fleet: FleetState
+    policy: ScalingPolicy
+    cold_start_seconds: float
+    forecast: ForecastLike | None = None
+    windows: Sequence[ScheduledWindow] = field(default_factory=tuple)
+
+
+@dataclass(frozen=True, slots=True)
+class ScalePlan:
+    """The decision, as a value. Applying it is a separate step."""
+
+    now: float
+    mode: Mode
+    current_replicas: int
+    desired_replicas: int
+    target_replicas: int
+    """What the lookahead asks for, before scale-down pacing."""
+    action: Action
+    constraint: Constraint
+    reason: str
+    standby_replicas: int
+    lookahead_seconds: float
+    forecast_usable: bool
+    forecast_peak_requests_per_second: float | None
+    """Largest upper-quantile demand inside the lookahead."""
+    active_windows: tuple[str, ...] = ()
+
+    @property
+    def changed(self) -> bool:
+        return self.desired_replicas != self.current_replicas
+
+
+def _usable_points(forecast: ForecastLike | None, now: float, max_age: float) -> list[DemandPoint]:
+    if forecast is None or now - forecast.generated_at > max_age:
+        return []
+    points = [p for p in forecast.points if p.t > now]
+    if not points or any(not (math.isfinite(p.upper) and p.upper >= 0) for p in points):
+        return []
+    return points
+
+
+def _window_requirement(
+    occurrences: Sequence[Occurrence], capacity: CapacityModel
+) -> tuple[int, tuple[str, ...]]:
+    floor = 0
+    for occurrence in occurrences:
+        if occurrence.min_replicas is not None:
+            floor = max(floor, occurrence.min_replicas)
+        if occurrence.expected_requests_per_second is not None:
+            floor = max(floor, capacity.required(occurrence.expected_requests_per_second).replicas)
+    return floor, tuple(dict.fromkeys(o.name for o in occurrences))
+
+
+def plan(inputs: PlanInputs) -> ScalePlan:
+    """Decide the replica count for ``inputs.now``. Pure and deterministic."""
+    now, policy, fleet, capacity = inputs.now, inputs.policy, inputs.fleet, inputs.capacity
+    if inputs.cold_start_seconds < 0:
+        raise ValueError("cold start must be >= 0")
+    lookahead = inputs.cold_start_seconds + policy.lead_margin_seconds
+    horizon_end = now + lookahead
+
+    points = _usable_points(inputs.forecast, now, policy.forecast_max_age_seconds)
+    usable = bool(points)
+    step = inputs.forecast.step_seconds if inputs.forecast is not None else 0.0
+    in_lookahead = [p for p in points if p.t - step <= horizon_end]
+    peak = max((p.upper for p in in_lookahead), default=None)
+
+    candidates: list[tuple[int, Constraint, str]] = []
+    if peak is not None:
+        need = capacity.required(peak)
+        candidates.append(
+            (
+                need.replicas,
+                need.constraint,
+                f"forecast upper {peak:.3g} req/s within {lookahead:.0f}s needs {need.replicas}",
+            )
+        )
+    observed = fleet.observed_requests_per_second
+    if observed is not None and math.isfinite(observed) and observed >= 0:
+        need = capacity.required(observed)
+        candidates.append(
+            (need.replicas, need.constraint, f"observed {observed:.3g} req/s needs {need.replicas}")
+        )
+
+    # A window pre-warms `lead` ahead, but never later than one cold start plus margin ahead.
+    occurrences = [
+        o
+        for w in inputs.windows
+        for o in w.occurrences(now, horizon_end)
+        if min(o.prewarm_at, o.start - lookahead) <= now
+    ]
+    window_floor, window_names = _window_requirement(occurrences, capacity)
+    if occurrences:
+        names = ", ".join(window_names)
+        candidates.append((window_floor, "schedule", f"window {names} needs {window_floor}"))
+    candidates.append((policy.min_replicas, "floor", f"minReplicas {policy.min_replicas}"))
+
+    target, constraint, why = max(candidates, key=lambda c: c[0])
+    if target > policy.max_replicas:
+        why += f", capped at maxReplicas {policy.max_replicas}"
+        target = policy.max_replicas
+
+    current = fleet.current_replicas
+    hard_floor = min(max(window_floor, policy.min_replicas), policy.max_replicas)
+    desired, action, reason = _pace(inputs, target, hard_floor, usable, why)
+
+    standby = 0
+    if policy.standby_max_replicas > 0 and points:
+        whole_peak = capacity.required(max(p.upper for p in points)).replicas
+        room = max(0, policy.max_replicas - desired)
+        standby = min(max(0, whole_peak - desired), policy.standby_max_replicas, room)
+
+    return ScalePlan(
+        now=now,
+        mode=policy.mode,
+        current_replicas=current,
+        desired_replicas=desired,
+        target_replicas=target,
+        action=action,
+        constraint=constraint,
+        reason=reason,
+        standby_replicas=standby,
+        lookahead_seconds=lookahead,
+        forecast_usable=usable,
+        forecast_peak_requests_per_second=peak,
+        active_windows=window_names,
+    )
+
+
+def _pace(
+    inputs: PlanInputs, target: int, hard_floor: int, usable: bool, why: str
+) -> tuple[int, Action, str]:
+    """Apply step limits and scale-down stabilization to the lookahead target."""
+    policy, fleet, now = inputs.policy, inputs.fleet, inputs.now
+    current = fleet.current_replicas
+    if target > current:
+        desired = target
+        if policy.scale_up_max_step is not None:
+            desired = min(target, current + policy.scale_up_max_step)
+        return desired, "scale_up", f"scale up {current} -> {desired}: {why}"
+    if current > policy.max_replicas:
+        return policy.max_replicas, "scale_down", f"above maxReplicas {policy.max_replicas}"
+    if target == current:
+        return current, "steady", f"steady at {current}: {why}"
+    if not usable:
+        return current, "hold", f"hold {current}: no usable forecast, so no scale-down"
+    period = policy.scale_down_stabilization_seconds
+    recent = (("scale-up", fleet.last_scale_up_at), ("scale-down", fleet.last_scale_down_at))
+    for label, last in recent:
+        if last is not None and now - last < period:
+            wait = period - (now - last)
+            return (
+                current,
+                "hold",
+                (
+                    f"hold {current} (target {target}): last {label} {now - last:.0f}s ago, "
+                    f"stabilizing {wait:.0f}s more"
+                ),
+            )
+    step = max(1, math.floor(current * policy.scale_down_max_percent / 100))
+    desired = max(target, current - step, hard_floor)
+    return desired, "scale_down", f"scale down {current} -> {desired}: {why}"
+
+
+def next_fleet_state(fleet: FleetState, plan: ScalePlan) -> FleetState:
+    """The fleet state after ``plan`` is applied: the new count and the scale timestamps."""
+    if plan.desired_replicas > fleet.current_replicas:
+        return replace(fleet, current_replicas=plan.desired_replicas, last_scale_up_at=plan.now)
+    if plan.desired_replicas < fleet.current_replicas:
+        return replace(fleet, current_replicas=plan.desired_replicas, last_scale_down_at=plan.now)
+    return fleet

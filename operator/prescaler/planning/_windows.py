@@ -1,0 +1,123 @@
+"""Scheduled windows: known events that need capacity regardless of the forecast.
+
+A window is either dated (a one-off such as a launch or Black Friday, with a time zone) or
+recurring (a cron expression evaluated in a time zone, plus a duration). Each carries a
+minimum replica count or an expected load in requests/s, and a pre-warm lead: capacity is
+requested ``lead`` before the window starts, so it is ready when the window opens.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from itertools import takewhile
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from croniter import croniter
+
+
+def _zone(name: str) -> ZoneInfo:
+    try:
+        return ZoneInfo(name)
+    except (ZoneInfoNotFoundError, ValueError):
+        raise ValueError(f"unknown time zone {name!r}") from None
+
+
+@dataclass(frozen=True, slots=True)
+class Occurrence:
+    """One concrete occurrence of a window, in unix seconds."""
+
+    name: str
+    start: float
+    end: float
+    lead_seconds: float
+    min_replicas: int | None
+    expected_requests_per_second: float | None
+
+    @property
+    def prewarm_at(self) -> float:
+        return self.start - self.lead_seconds
+
+
+@dataclass(frozen=True, slots=True)
+class ScheduledWindow:
+    """A dated or recurring window of known demand.
+
+    Exactly one of ``start`` (dated, with ``end``) and ``cron`` (recurring, with
+    ``duration_seconds``) is set. Naive datetimes are read in ``timezone``.
+    """
+
+    name: str
+    lead_seconds: float = 600.0
+    min_replicas: int | None = None
+    expected_requests_per_second: float | None = None
+    timezone: str = "UTC"
+    start: datetime | None = None
+    end: datetime | None = None
+    cron: str | None = None
+    duration_seconds: float | None = None
+
+    def __post_init__(self) -> None:
+        _zone(self.timezone)
+        if self.min_replicas is None and self.expected_requests_per_second is None:
+            raise ValueError(f"window {self.name!r} needs minReplicas or an expected load")
+        if self.min_replicas is not None and self.min_replicas < 0:
+            raise ValueError(f"window {self.name!r}: minReplicas must be >= 0")
+        if self.expected_requests_per_second is not None and self.expected_requests_per_second < 0:
+            raise ValueError(f"window {self.name!r}: expected load must be >= 0")
+        if self.lead_seconds < 0:
+            raise ValueError(f"window {self.name!r}: lead must be >= 0")
+        if (self.start is None) == (self.cron is None):
+            raise ValueError(f"window {self.name!r} needs exactly one of start/end or cron")
+        if self.start is not None:
+            if self.end is None:
+                raise ValueError(f"window {self.name!r} has a start but no end")
+            if self._aware(self.end) <= self._aware(self.start):
+                raise ValueError(f"window {self.name!r} ends before it starts")
+        if self.cron is not None:
+            if not croniter.is_valid(self.cron):
+                raise ValueError(f"window {self.name!r}: invalid cron expression {self.cron!r}")
+            if self.duration_seconds is None or self.duration_seconds <= 0:
+                raise ValueError(f"window {self.name!r}: a cron window needs a duration > 0")
+
+    def _aware(self, moment: datetime) -> datetime:
+        if moment.tzinfo is None:
+            return moment.replace(tzinfo=_zone(self.timezone))
+        return moment
+
+    def _occurrence(self, start: datetime, end: datetime) -> Occurrence:
+        return Occurrence(
+            name=self.name,
+            start=start.timestamp(),
+            end=end.timestamp(),
+            lead_seconds=self.lead_seconds,
+            min_replicas=self.min_replicas,
+            expected_requests_per_second=self.expected_requests_per_second,
+        )
+
+    def _upcoming(self, since: float) -> Iterator[Occurrence]:
+        """Occurrences that have not ended by ``since``, in start order."""
+        if self.start is not None and self.end is not None:
+            occurrence = self._occurrence(self._aware(self.start), self._aware(self.end))
+            if occurrence.end > since:
+                yield occurrence
+            return
+        assert self.cron is not None
+        assert self.duration_seconds is not None
+        zone = _zone(self.timezone)
+        duration = timedelta(seconds=self.duration_seconds)
+        # Start early enough to catch an occurrence that began before `since` and is still on.
+        first = datetime.fromtimestamp(since - self.duration_seconds, zone)
+        for start in croniter(self.cron, first, ret_type=datetime):
+            occurrence = self._occurrence(start, start + duration)
+            if occurrence.end > since:
+                yield occurrence
+
+    def occurrences(self, since: float, until: float) -> list[Occurrence]:
+        """Occurrences whose span ``[start - lead, end)`` overlaps ``[since, until]``."""
+        return list(takewhile(lambda o: o.prewarm_at <= until, self._upcoming(since)))
+
+    def next_occurrence(self, now: float) -> Occurrence | None:
+        """The occurrence in progress at ``now``, or the next one to come."""
+        return next(self._upcoming(now), None)
