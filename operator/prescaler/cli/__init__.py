@@ -15,7 +15,7 @@ import importlib
 import sys
 from collections.abc import Sequence
 
-from prescaler.cli._common import CliError
+from prescaler.cli._common import ArgumentParser, CliError
 
 __all__ = ["CliError", "build_parser", "main"]
 
@@ -24,11 +24,13 @@ _SUBCOMMANDS = ("plan", "forecast", "backtest", "run")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = ArgumentParser(
         prog="prescaler",
         description="Predictive pre-scaling of LLM inference on Kubernetes.",
     )
-    subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    subparsers = parser.add_subparsers(
+        dest="command", required=True, metavar="COMMAND", parser_class=ArgumentParser
+    )
     for name in _SUBCOMMANDS:
         try:
             module = importlib.import_module(f"prescaler.cli.{name}")

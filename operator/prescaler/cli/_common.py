@@ -5,11 +5,18 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import Any
+from typing import Any, NoReturn
 
 
 class CliError(Exception):
     """A user error: printed as one line, exit code 2, never a traceback."""
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """An argparse parser whose errors are one line naming the flag, without the usage."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message}\n")
 
 
 def positive_float(text: str) -> float:
@@ -39,6 +46,13 @@ def positive_int(text: str) -> int:
         raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
     if value <= 0:
         raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
+    return value
+
+
+def multiplier(text: str) -> float:
+    value = positive_float(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {text}")
     return value
 
 
