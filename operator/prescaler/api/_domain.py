@@ -1,0 +1,190 @@
+"""From the wire models to the domain objects the planner takes (pure).
+
+Everything the API server cannot check (a time zone, a cron expression, a dated window's
+order, whether a preset leaves room for the KV cache) fails here with :class:`SpecError`,
+which the operator turns into condition ``Invalid``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Any
+
+from pydantic import ValidationError
+
+from prescaler.api._spec import InferencePoolSpec, ModelSpec, WindowSpec
+from prescaler.capacity import (
+    CapacityModel,
+    ModelArchitecture,
+    ReplicaSpec,
+    TokenProfile,
+    get_preset,
+)
+from prescaler.planning import ScalingPolicy, ScheduledWindow
+
+
+class SpecError(ValueError):
+    """The spec is well-formed but cannot work; the message names the field."""
+
+
+def parse_spec(raw: Mapping[str, Any]) -> InferencePoolSpec:
+    """Validate a spec dict from the wire; errors become one :class:`SpecError`."""
+    try:
+        return InferencePoolSpec.model_validate(dict(raw))
+    except ValidationError as exc:
+        parts = []
+        for error in exc.errors()[:5]:
+            where = ".".join(str(p) for p in error["loc"]) or "spec"
+            parts.append(f"spec.{where}: {error['msg']}")
+        raise SpecError("; ".join(parts)) from None
+
+
+def architecture(model: ModelSpec) -> ModelArchitecture | None:
+    """The architecture a model spec names, or ``None`` for throughput-only planning."""
+    if model.preset is not None:
+        try:
+            return get_preset(model.preset)
+        except ValueError as exc:
+            raise SpecError(f"spec.model.preset: {exc}") from None
+    arch = model.architecture
+    if arch is None:
+        return None
+    try:
+        return ModelArchitecture(
+            name=arch.name,
+            layers=arch.layers,
+            kv_heads=arch.kv_heads,
+            head_dim=arch.head_dim,
+            parameters=arch.parameters_billions * 1e9,
+            max_context_tokens=arch.max_context_tokens,
+            weight_dtype=arch.weight_dtype,
+            kv_cache_dtype=arch.kv_cache_dtype,
+            attention=arch.attention,
+            kv_lora_rank=arch.kv_lora_rank,
+            rope_head_dim=arch.rope_head_dim,
+        )
+    except ValueError as exc:
+        raise SpecError(f"spec.model.architecture: {exc}") from None
+
+
+def replica_spec(model: ModelSpec) -> ReplicaSpec | None:
+    arch = architecture(model)
+    if arch is None:
+        return None
+    if model.gpu_memory_gib is None:
+        raise SpecError("spec.model.gpuMemoryGiB is required with a preset or an architecture")
+    try:
+        return ReplicaSpec(
+            model=arch,
+            gpu_memory_gib=model.gpu_memory_gib,
+            gpus_per_replica=model.gpus_per_replica,
+            tokens_per_second=model.tokens_per_second,
+            memory_utilization=model.memory_utilization,
+            decode_tokens_per_second_per_request=model.decode_tokens_per_second,
+        )
+    except ValueError as exc:
+        raise SpecError(f"spec.model: {exc}") from None
+
+
+def capacity_model(
+    spec: InferencePoolSpec,
+    *,
+    prompt_tokens: float | None = None,
+    output_tokens: float | None = None,
+    context_tokens: float | None = None,
+) -> CapacityModel:
+    """The capacity model, on the measured token mix where given, else the spec's means.
+
+    A fixed ``spec.model.contextTokens`` wins over a measured context length. A measured
+    context longer than the model's maximum is clamped to it (the engine cannot hold more).
+    """
+    model = spec.model
+    replica = replica_spec(model)
+    prompt = prompt_tokens if prompt_tokens is not None else model.prompt_tokens
+    output = output_tokens if output_tokens is not None else model.output_tokens
+    context: int | None = model.context_tokens
+    if context is None and context_tokens is not None and context_tokens > 0:
+        context = max(1, round(context_tokens))
+        if replica is not None:
+            context = min(context, replica.model.max_context_tokens)
+    headroom = spec.forecast.headroom if spec.forecast is not None else 1.0
+    try:
+        tokens = TokenProfile(prompt, output, context)
+        if (
+            replica is not None
+            and tokens.planning_context_tokens > replica.model.max_context_tokens
+        ):
+            raise SpecError(
+                f"spec.model.contextTokens: {tokens.planning_context_tokens} exceeds the "
+                f"maximum context {replica.model.max_context_tokens} of {replica.model.name}"
+            )
+        return CapacityModel(
+            tokens=tokens,
+            replica=replica,
+            tokens_per_second=model.tokens_per_second,
+            headroom=headroom,
+        )
+    except SpecError:
+        raise
+    except ValueError as exc:
+        raise SpecError(f"spec.model: {exc}") from None
+
+
+def scaling_policy(spec: InferencePoolSpec) -> ScalingPolicy:
+    refit = spec.forecast.refit_seconds if spec.forecast is not None else 3600
+    placeholders = spec.standby.placeholders
+    try:
+        return ScalingPolicy(
+            min_replicas=spec.min_replicas,
+            max_replicas=spec.max_replicas,
+            lead_margin_seconds=spec.cold_start.margin_seconds,
+            scale_down_stabilization_seconds=spec.scale_down.stabilization_seconds,
+            scale_down_max_percent=spec.scale_down.max_percent,
+            scale_up_max_step=spec.scale_up.max_step,
+            # A forecast survives one failed refit; after that the plan holds.
+            forecast_max_age_seconds=max(900.0, 2.0 * refit + 300.0),
+            standby_max_replicas=placeholders.max_replicas if placeholders.enabled else 0,
+            mode=spec.mode,
+        )
+    except ValueError as exc:
+        raise SpecError(f"spec: {exc}") from None
+
+
+def parse_moment(text: str, field: str) -> datetime:
+    """An ISO 8601 date-time (a trailing ``Z`` is accepted), naive or with an offset."""
+    try:
+        return datetime.fromisoformat(text.replace("Z", "+00:00").replace("z", "+00:00"))
+    except ValueError:
+        raise SpecError(f"{field}: {text!r} is not an ISO 8601 date-time") from None
+
+
+def scheduled_window(window: WindowSpec, index: int) -> ScheduledWindow:
+    where = f"spec.schedules[{index}]"
+    start = parse_moment(window.start, f"{where}.start") if window.start is not None else None
+    end = parse_moment(window.end, f"{where}.end") if window.end is not None else None
+    try:
+        return ScheduledWindow(
+            name=window.name,
+            lead_seconds=window.lead_seconds,
+            min_replicas=window.min_replicas,
+            expected_requests_per_second=window.expected_requests_per_second,
+            timezone=window.time_zone,
+            start=start,
+            end=end,
+            cron=window.cron,
+            duration_seconds=window.duration_seconds,
+        )
+    except (ValueError, TypeError) as exc:
+        raise SpecError(f"{where}: {exc}") from None
+
+
+def scheduled_windows(spec: InferencePoolSpec) -> tuple[ScheduledWindow, ...]:
+    return tuple(scheduled_window(w, i) for i, w in enumerate(spec.schedules))
+
+
+def check_spec(spec: InferencePoolSpec) -> None:
+    """Raise :class:`SpecError` for anything the planner's domain objects would refuse."""
+    capacity_model(spec)
+    scaling_policy(spec)
+    scheduled_windows(spec)

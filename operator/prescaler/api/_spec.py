@@ -1,0 +1,371 @@
+"""The InferencePool spec, as pydantic models. The CRD's OpenAPI schema is generated from here.
+
+Structural rules the API server checks itself (enums, bounds, CEL in
+``x-kubernetes-validations``) live next to the fields they guard. Rules that need more
+than the object (does the target exist, does the PromQL parse, does a time zone exist, is
+a dated window's end after its start when the two are written in different forms) are
+checked by the operator, which then reports condition ``Invalid``.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import ConfigDict, Field, JsonValue
+
+from prescaler.api._base import WireModel, cel, validations
+from prescaler.capacity import DTYPE_BYTES, PRESETS
+
+TargetKind = Literal["Deployment", "StatefulSet", "HorizontalPodAutoscaler"]
+Mode = Literal["replicas", "hpaFloor"]
+Engine = Literal["vllm", "sglang", "tgi"]
+ForecastModelName = Literal["auto", "prophet", "seasonal-naive", "ets", "naive"]
+Dtype = Literal["fp32", "bf16", "fp16", "fp8", "int8", "int4"]
+Name = Annotated[str, Field(min_length=1, max_length=253)]
+PromQL = Annotated[str, Field(min_length=1, max_length=4096)]
+
+assert set(Dtype.__args__) == set(DTYPE_BYTES)  # type: ignore[attr-defined]
+
+DAY = 86_400
+_PRESET_NAMES: list[JsonValue] = [*sorted(PRESETS)]
+
+
+class TargetRef(WireModel):
+    """The object prescaler scales, in the pool's namespace."""
+
+    kind: TargetKind = "Deployment"
+    """``Deployment`` or ``StatefulSet`` (scaled through the scale subresource, mode
+    ``replicas``), or ``HorizontalPodAutoscaler`` (its ``minReplicas`` is raised and lowered,
+    mode ``hpaFloor``; the HPA's own scale target is observed)."""
+    name: Name
+    """Name of the target object."""
+
+
+class InferencePoolRef(WireModel):
+    """A Gateway API Inference Extension InferencePool that fronts this fleet (informational)."""
+
+    name: Name
+    """Name of the Gateway API Inference Extension InferencePool."""
+    group: str = Field(default="inference.networking.k8s.io", max_length=253)
+    """API group of the referenced pool."""
+
+
+class Architecture(WireModel):
+    """A model architecture given by its numbers, when no preset fits."""
+
+    name: str = Field(default="custom", max_length=63)
+    """Label for the architecture, shown in messages."""
+    layers: int = Field(ge=1, le=1024)
+    """Transformer layers."""
+    kv_heads: int = Field(default=0, ge=0, le=1024)
+    """KV heads per layer (GQA groups); required for attention ``gqa``."""
+    head_dim: int = Field(default=0, ge=0, le=4096)
+    """Dimension of one attention head; required for attention ``gqa``."""
+    parameters_billions: float = Field(gt=0, le=100_000)
+    """Total parameters in billions (all experts for MoE)."""
+    max_context_tokens: int = Field(ge=1, le=16_777_216)
+    """Longest context the model supports."""
+    weight_dtype: Dtype = "bf16"
+    """Data type of the weights."""
+    kv_cache_dtype: Dtype = "bf16"
+    """Data type of the KV cache."""
+    attention: Literal["gqa", "mla"] = "gqa"
+    """``gqa`` (standard and grouped-query attention) or ``mla`` (multi-head latent)."""
+    kv_lora_rank: int = Field(default=0, ge=0, le=65_536)
+    """MLA only: width of the compressed KV latent."""
+    rope_head_dim: int = Field(default=0, ge=0, le=4096)
+    """MLA only: width of the decoupled RoPE key."""
+
+    model_config = ConfigDict(
+        json_schema_extra=validations(
+            cel(
+                "self.attention != 'gqa' || (self.kvHeads > 0 && self.headDim > 0)",
+                "gqa attention needs kvHeads > 0 and headDim > 0",
+            ),
+            cel(
+                "self.attention != 'mla' || self.kvLoraRank > 0",
+                "mla attention needs kvLoraRank > 0",
+            ),
+        )
+    )
+
+
+class ModelSpec(WireModel):
+    """What one replica serves and what it measured: the inputs of the capacity model."""
+
+    preset: str | None = Field(default=None, json_schema_extra={"enum": _PRESET_NAMES})
+    """A known model architecture. Give this or ``architecture`` (or neither, to plan on
+    throughput alone)."""
+    architecture: Architecture | None = None
+    """A custom architecture, when no preset fits."""
+    gpu_memory_gib: float | None = Field(default=None, gt=0, le=4096, alias="gpuMemoryGiB")
+    """Memory of one GPU in GiB; required with ``preset`` or ``architecture``."""
+    gpus_per_replica: int = Field(default=1, ge=1, le=64)
+    """GPUs one replica uses (tensor parallelism); placeholders request the same."""
+    tokens_per_second: float = Field(gt=0, le=1e9)
+    """Measured prompt+output tokens/s one replica sustains (the compute limit)."""
+    context_quantile: float = Field(default=0.95, ge=0.5, le=0.999)
+    """Quantile of the context-length distribution the memory limit is planned on."""
+    context_tokens: int | None = Field(default=None, ge=1, le=16_777_216)
+    """Fixed context length at that quantile; overrides the measured one."""
+    prompt_tokens: float = Field(default=1000, ge=0, le=16_777_216)
+    """Mean prompt tokens per request, used while the metrics don't say."""
+    output_tokens: float = Field(default=500, ge=0, le=16_777_216)
+    """Mean generated tokens per request, used while the metrics don't say."""
+    memory_utilization: float = Field(default=0.9, gt=0, le=1)
+    """Share of GPU memory the engine may use (vLLM's ``gpu_memory_utilization``)."""
+    decode_tokens_per_second: float = Field(default=30, gt=0, le=100_000)
+    """Per-request decode speed promised to users (1 / inter-token latency target)."""
+
+    model_config = ConfigDict(
+        json_schema_extra=validations(
+            cel(
+                "!(has(self.preset) && has(self.architecture))",
+                "give at most one of preset and architecture",
+            ),
+            cel(
+                "!(has(self.preset) || has(self.architecture)) || has(self.gpuMemoryGiB)",
+                "gpuMemoryGiB is required with a preset or an architecture",
+            ),
+            cel(
+                "self.promptTokens + self.outputTokens > 0.0",
+                "promptTokens + outputTokens must be > 0",
+            ),
+        )
+    )
+
+
+class ColdStartSpec(WireModel):
+    """How long a new replica takes from creation to Ready."""
+
+    mode: Literal["auto", "fixed"] = "auto"
+    """``auto`` measures pods of the target (created -> Ready, rolling p90) and uses that;
+    ``fixed`` always uses ``seconds``."""
+    seconds: int = Field(default=300, ge=0, le=7200)
+    """The cold start in ``fixed`` mode, and the assumption in ``auto`` mode until the
+    first start has been observed."""
+    margin_seconds: int = Field(default=60, ge=0, le=7200)
+    """Added to the cold start: how much earlier than strictly needed capacity is ready."""
+    samples: int = Field(default=20, ge=1, le=100)
+    """How many recent starts the rolling p90 covers."""
+
+
+class SecretRef(WireModel):
+    """A Secret in the pool's namespace."""
+
+    name: Name
+    """Secret name. Key ``token`` means bearer auth; keys ``username`` and ``password``
+    mean basic auth."""
+
+
+class PrometheusSpec(WireModel):
+    """Where demand metrics come from."""
+
+    url: str = Field(min_length=1, max_length=2048, pattern=r"^https?://")
+    """Base URL of the Prometheus HTTP API, e.g. ``http://prometheus.monitoring:9090``."""
+    auth_secret_ref: SecretRef | None = None
+    """Credentials for Prometheus, from a Secret."""
+    insecure_skip_verify: bool = False
+    """Skip TLS certificate verification (test setups only)."""
+
+
+class QueriesSpec(WireModel):
+    """Custom PromQL, each replacing the engine profile's query of the same name."""
+
+    requests_per_second: PromQL | None = None
+    """Demand in requests/s, one series (it is forecast)."""
+    prompt_tokens_per_second: PromQL | None = None
+    """Prompt tokens/s arriving."""
+    output_tokens_per_second: PromQL | None = None
+    """Generated tokens/s."""
+    running: PromQL | None = None
+    """Requests running now."""
+    waiting: PromQL | None = None
+    """Requests queued now."""
+    context_tokens: PromQL | None = None
+    """Context length at the model's ``contextQuantile``; ``$quantile`` is substituted."""
+
+
+class ForecastSpec(WireModel):
+    """How demand is read and forecast."""
+
+    prometheus: PrometheusSpec
+    """The Prometheus to read from."""
+    engine: Engine = "vllm"
+    """Serving engine whose metric names the default queries use."""
+    selector: str = Field(default="", max_length=1024)
+    """Label matchers added to every profile query,
+    e.g. ``namespace="serving",model_name="llama"``."""
+    queries: QueriesSpec | None = None
+    """Custom PromQL overriding the engine profile."""
+    lookback_seconds: int = Field(default=7 * DAY, ge=3600, le=90 * DAY)
+    """History the forecast model is fit on."""
+    step_seconds: int = Field(default=60, ge=10, le=3600)
+    """Resolution of the history and of the forecast."""
+    model: ForecastModelName = "auto"
+    """Forecast model; ``auto`` picks the best by backtest score."""
+    refit_seconds: int = Field(default=3600, ge=10, le=7 * DAY)
+    """How often the model is refit; between fits the last forecast is reused."""
+    horizon_seconds: int = Field(default=7200, ge=60, le=7 * DAY)
+    """How far ahead the forecast reaches."""
+    quantile: float = Field(default=0.9, ge=0.5, le=0.999)
+    """Upper quantile of the forecast that ready capacity must meet."""
+    headroom: float = Field(default=1.2, ge=1, le=10)
+    """Multiplier on the requirement for uneven arrivals and long-tail contexts."""
+
+    model_config = ConfigDict(
+        json_schema_extra=validations(
+            cel(
+                "self.horizonSeconds >= self.stepSeconds",
+                "horizonSeconds must be at least stepSeconds",
+            ),
+        )
+    )
+
+
+class WindowSpec(WireModel):
+    """A scheduled window: dated (``start``/``end``) or recurring (``cron``/``durationSeconds``)."""
+
+    name: str = Field(min_length=1, max_length=63, pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+    """Window name, unique in the pool."""
+    start: str | None = Field(default=None, max_length=64)
+    """Dated window start, ISO 8601; without an offset it is read in ``timeZone``."""
+    end: str | None = Field(default=None, max_length=64)
+    """Dated window end, ISO 8601; without an offset it is read in ``timeZone``."""
+    cron: str | None = Field(default=None, max_length=256)
+    """Recurring window: a five-field cron expression evaluated in ``timeZone``."""
+    duration_seconds: int | None = Field(default=None, ge=1, le=31 * DAY)
+    """Recurring window: how long each occurrence lasts."""
+    time_zone: str = Field(default="UTC", min_length=1, max_length=64)
+    """IANA time zone, e.g. ``Europe/Berlin``."""
+    min_replicas: int | None = Field(default=None, ge=0, le=100_000)
+    """Replicas the window needs at least."""
+    expected_requests_per_second: float | None = Field(default=None, ge=0, le=1e9)
+    """Load the window brings, in requests/s, sized through the capacity model."""
+    lead_seconds: int = Field(default=600, ge=0, le=DAY)
+    """Pre-warm lead: capacity is requested this long before the start (at least one cold
+    start plus margin)."""
+
+    model_config = ConfigDict(
+        json_schema_extra=validations(
+            cel("has(self.start) != has(self.cron)", "give exactly one of start and cron"),
+            cel("has(self.start) == has(self.end)", "a dated window needs both start and end"),
+            cel(
+                "has(self.cron) == has(self.durationSeconds)",
+                "a cron window needs durationSeconds (and only a cron window has one)",
+            ),
+            cel(
+                "has(self.minReplicas) || has(self.expectedRequestsPerSecond)",
+                "give minReplicas or expectedRequestsPerSecond",
+            ),
+        )
+    )
+
+
+class ImagePrePullSpec(WireModel):
+    """A DaemonSet that keeps the serving image pulled on the target's nodes."""
+
+    enabled: bool = False
+    """Create the pre-pull DaemonSet."""
+    image: str | None = Field(default=None, max_length=1024)
+    """Image to pre-pull; defaults to the target's first container image."""
+    command: list[Annotated[str, Field(max_length=1024)]] = Field(
+        default_factory=lambda: ["sleep", "infinity"], max_length=16
+    )
+    """What the pre-pull container runs after the pull (must idle at negligible cost)."""
+
+
+class PlaceholderSpec(WireModel):
+    """Low-priority pods that hold GPU nodes so a new replica preempts instead of waiting."""
+
+    enabled: bool = False
+    """Create placeholder pods, as many as the planner's standby size."""
+    max_replicas: int = Field(default=2, ge=0, le=1000)
+    """Upper bound on placeholders."""
+    priority_class_name: str = Field(default="prescaler-placeholder", min_length=1, max_length=253)
+    """PriorityClass of placeholders; the default one is created (value -10) if missing."""
+    image: str = Field(default="registry.k8s.io/pause:3.10", max_length=1024)
+    """Image of the placeholder container."""
+
+
+class HotStandbySpec(WireModel):
+    """Replicas with the model loaded but outside the Service (labelled apart)."""
+
+    replicas: int = Field(default=0, ge=0, le=100)
+    """Hot standby replicas; 0 disables it."""
+
+
+class StandbySpec(WireModel):
+    """Warm standby: pre-pulled images, placeholder pods, hot replicas."""
+
+    image_pre_pull: ImagePrePullSpec = Field(default_factory=ImagePrePullSpec)
+    """Keep the serving image pulled on GPU nodes."""
+    placeholders: PlaceholderSpec = Field(default_factory=PlaceholderSpec)
+    """Hold GPU nodes with low-priority pods, sized by the planner."""
+    hot: HotStandbySpec = Field(default_factory=HotStandbySpec)
+    """Hot standby replicas."""
+
+
+class ScaleDownSpec(WireModel):
+    """How slowly capacity is released."""
+
+    stabilization_seconds: int = Field(default=600, ge=0, le=DAY)
+    """At most one scale-down per period, and none this soon after a scale-up."""
+    max_percent: int = Field(default=50, ge=1, le=100)
+    """A scale-down step removes at most this share of replicas (at least one)."""
+
+
+class ScaleUpSpec(WireModel):
+    """How fast capacity is added."""
+
+    max_step: int | None = Field(default=None, ge=1, le=100_000)
+    """Replicas added per decision at most; unbounded when unset."""
+
+
+class InferencePoolSpec(WireModel):
+    """Desired behaviour of one inference fleet."""
+
+    target: TargetRef
+    """What to scale."""
+    mode: Mode = "replicas"
+    """``replicas`` patches the target's scale subresource; ``hpaFloor`` raises and lowers
+    an HPA's ``minReplicas`` and never touches the workload's replicas."""
+    inference_pool_ref: InferencePoolRef | None = None
+    """Optional Gateway API Inference Extension InferencePool fronting this fleet."""
+    min_replicas: int = Field(default=1, ge=0, le=100_000)
+    """Fewest replicas the pool keeps."""
+    max_replicas: int = Field(default=10, ge=1, le=100_000)
+    """Most replicas the pool asks for."""
+    model: ModelSpec
+    """The served model, its GPUs and measured throughput."""
+    cold_start: ColdStartSpec = Field(default_factory=ColdStartSpec)
+    """Cold start of a replica: measured or fixed, plus a margin."""
+    forecast: ForecastSpec | None = None
+    """Demand metrics and forecasting; without it only schedules and bounds apply."""
+    schedules: list[WindowSpec] = Field(
+        default_factory=list,
+        max_length=64,
+        json_schema_extra={
+            "x-kubernetes-list-type": "map",
+            "x-kubernetes-list-map-keys": ["name"],
+        },
+    )
+    """Known windows of demand, dated or recurring."""
+    standby: StandbySpec = Field(default_factory=StandbySpec)
+    """Warm standby objects."""
+    scale_down: ScaleDownSpec = Field(default_factory=ScaleDownSpec)
+    """Scale-down pacing."""
+    scale_up: ScaleUpSpec = Field(default_factory=ScaleUpSpec)
+    """Scale-up pacing."""
+    dry_run: bool = False
+    """Compute and report the plan in status, never patch anything."""
+
+    model_config = ConfigDict(
+        json_schema_extra=validations(
+            cel("self.minReplicas <= self.maxReplicas", "minReplicas must not exceed maxReplicas"),
+            cel(
+                "(self.mode == 'hpaFloor') == (self.target.kind == 'HorizontalPodAutoscaler')",
+                "mode hpaFloor goes with a HorizontalPodAutoscaler target, and only with it",
+            ),
+        )
+    )

@@ -1,0 +1,190 @@
+"""The InferencePool status, as pydantic models. Small by design: a dozen forecast points."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from prescaler.api._base import WireModel
+
+ConditionType = Literal[
+    "Ready", "MetricsAvailable", "ForecastHealthy", "ScheduleActive", "DryRun", "Invalid"
+]
+CONDITION_TYPES: tuple[ConditionType, ...] = (
+    "Ready",
+    "MetricsAvailable",
+    "ForecastHealthy",
+    "ScheduleActive",
+    "DryRun",
+    "Invalid",
+)
+MAX_FORECAST_POINTS = 12
+
+
+class Condition(WireModel):
+    """A standard Kubernetes condition."""
+
+    type: ConditionType
+    """Condition type."""
+    status: Literal["True", "False", "Unknown"]
+    """Whether the condition holds."""
+    reason: str = Field(max_length=128)
+    """CamelCase reason for the last transition."""
+    message: str = Field(default="", max_length=1024)
+    """Human-readable detail."""
+    last_transition_time: str = Field(max_length=64)
+    """When the status last changed (RFC 3339)."""
+    observed_generation: int | None = None
+    """The spec generation this condition was computed for."""
+
+
+class PlanStatus(WireModel):
+    """The last plan: what it asked for and why."""
+
+    action: Literal["scale_up", "scale_down", "hold", "steady"]
+    """What the plan did."""
+    reason: str = Field(max_length=1024)
+    """Why, in one line."""
+    constraint: Literal["memory", "compute", "schedule", "floor"]
+    """The driving constraint (the bottleneck)."""
+    target_replicas: int
+    """What the lookahead asks for before scale-down pacing."""
+    lookahead_seconds: float
+    """Cold start plus margin: how far ahead the plan looked."""
+    standby_replicas: int = 0
+    """Warm standby the plan asks for."""
+    active_windows: list[str] = Field(default_factory=list, max_length=64)
+    """Scheduled windows that shaped this plan."""
+
+
+class ForecastPoint(WireModel):
+    """One forecast step, demand in requests/s."""
+
+    t: str = Field(max_length=64)
+    """End of the step (RFC 3339)."""
+    mean: float
+    """Mean forecast."""
+    upper: float
+    """Upper quantile."""
+
+
+class ForecastStatus(WireModel):
+    """A compact view of the forecast the plan used."""
+
+    generated_at: str = Field(max_length=64)
+    """When the forecast was made (RFC 3339)."""
+    model: str = Field(max_length=128)
+    """Model that produced it."""
+    score: float | None = None
+    """Backtest score of the model (lower is better)."""
+    quantile: float
+    """The upper quantile."""
+    horizon_seconds: float
+    """How far ahead the forecast reaches."""
+    peak: float | None = None
+    """Largest upper-quantile demand (requests/s) over the horizon."""
+    points: list[ForecastPoint] = Field(default_factory=list, max_length=MAX_FORECAST_POINTS)
+    """About a dozen points spread over the horizon."""
+
+
+class ColdStartStatus(WireModel):
+    """The cold start the plan used, and what was measured."""
+
+    seconds: float
+    """The lead time in use."""
+    source: Literal["measured", "fixed", "assumed"]
+    """``measured`` (rolling p90 of observed starts), ``fixed`` (spec) or ``assumed``
+    (auto mode before any start was observed)."""
+    p90_seconds: float | None = None
+    """Rolling p90 of observed starts."""
+    samples: list[float] = Field(default_factory=list, max_length=100)
+    """Recent observed starts (created -> Ready), seconds, oldest first."""
+    observed_until: str | None = Field(default=None, max_length=64)
+    """Creation time of the newest pod counted (RFC 3339)."""
+
+
+class WindowStatus(WireModel):
+    """The scheduled window in progress or next to come."""
+
+    name: str = Field(max_length=63)
+    """Window name."""
+    start: str = Field(max_length=64)
+    """Start (RFC 3339)."""
+    end: str = Field(max_length=64)
+    """End (RFC 3339)."""
+    prewarm_at: str = Field(max_length=64)
+    """When capacity is requested for it (RFC 3339)."""
+
+
+class StandbyPartStatus(WireModel):
+    """One kind of standby object."""
+
+    desired: int = 0
+    """Pods wanted."""
+    ready: int = 0
+    """Pods ready."""
+
+
+class StandbyStatus(WireModel):
+    """Warm standby objects the pool owns."""
+
+    image_pre_pull: StandbyPartStatus | None = None
+    """Pre-pull DaemonSet pods."""
+    placeholders: StandbyPartStatus | None = None
+    """Placeholder pods."""
+    hot: StandbyPartStatus | None = None
+    """Hot standby replicas."""
+
+
+class DemandStatus(WireModel):
+    """Demand as last measured."""
+
+    requests_per_second: float | None = None
+    """Requests/s arriving."""
+    tokens_per_second: float | None = None
+    """Prompt plus output tokens/s."""
+    waiting: float | None = None
+    """Requests queued."""
+    shortfall_requests_per_second: float | None = None
+    """Demand above what ready replicas can serve (0 when covered)."""
+
+
+class InferencePoolStatus(WireModel):
+    """Observed state of the pool."""
+
+    observed_generation: int | None = None
+    """The spec generation last reconciled."""
+    conditions: list[Condition] = Field(
+        default_factory=list,
+        max_length=16,
+        json_schema_extra={
+            "x-kubernetes-list-type": "map",
+            "x-kubernetes-list-map-keys": ["type"],
+        },
+    )
+    """Ready, MetricsAvailable, ForecastHealthy, ScheduleActive, DryRun, Invalid."""
+    desired_replicas: int | None = None
+    """Replicas the plan asks for."""
+    current_replicas: int | None = None
+    """Replicas (or HPA floor) before the plan was applied."""
+    ready_replicas: int | None = None
+    """Ready replicas of the target."""
+    plan: PlanStatus | None = None
+    """The last plan."""
+    forecast: ForecastStatus | None = None
+    """The forecast in use."""
+    demand: DemandStatus | None = None
+    """Last measured demand."""
+    cold_start: ColdStartStatus | None = None
+    """The cold start in use."""
+    next_window: WindowStatus | None = None
+    """The scheduled window in progress or next."""
+    standby: StandbyStatus | None = None
+    """Standby objects."""
+    last_scale_time: str | None = Field(default=None, max_length=64)
+    """Last time replicas were changed (RFC 3339)."""
+    last_scale_up_time: str | None = Field(default=None, max_length=64)
+    """Last scale-up (RFC 3339)."""
+    last_scale_down_time: str | None = Field(default=None, max_length=64)
+    """Last scale-down (RFC 3339)."""
