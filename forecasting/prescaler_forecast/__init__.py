@@ -1,1 +1,101 @@
-"""prescaler_forecast: demand forecasting for prescaler (pure: no Kubernetes or Prometheus)."""
+"""prescaler_forecast: demand forecasting for prescaler (pure: no Kubernetes or Prometheus).
+
+A demand series goes in (a ``pandas.Series`` of requests/s on a tz-aware UTC index,
+irregular or with gaps), a :class:`Forecast` for the next horizon comes out: one
+:class:`ForecastPoint` per step with a mean and a lower/upper bound.
+
+Public surface::
+
+    Forecaster              fit(series) -> predict(horizon, step, quantile)   (one interface)
+    ├── ProphetForecaster       daily/weekly seasonality, event regressors, nowcast
+    ├── SeasonalNaive           same time yesterday, scaled by the recent level
+    ├── SeasonalNaiveWeekly     same time last week, scaled by the recent level
+    └── RecentTrend             robust (Theil–Sen) recent trend, for short histories
+    ForecastService         what the operator and the backtest use: auto-selection,
+                            refit cadence, nowcast correction, insufficient-history fallback
+    fit_model(spec, series) picklable fit for a ProcessPoolExecutor -> FittedModel
+    select_model(...)       rolling-origin auto-selection -> Selection (model, score)
+    rolling_origin, accuracy  evaluation (apart from the models)
+    clean_series, counter_to_rate, mask_collection_gaps   data hygiene
+
+Selection metric: sMAPE in percent over every (origin, step) pair of a rolling-origin
+backtest whose horizon equals the requested one (:attr:`Forecast.score`).
+
+Errors::
+
+    ValueError                   bad arguments (unknown model, quantile outside [0.5, 1))
+    └── InsufficientHistoryError raised by Forecaster.fit; ForecastService turns it into
+                                 status="insufficient_history" plus a fallback forecast
+"""
+
+from prescaler_forecast._base import Band, Forecaster
+from prescaler_forecast._baselines import RecentTrend, SeasonalNaive, SeasonalNaiveWeekly
+from prescaler_forecast._evaluation import (
+    EvaluationResult,
+    accuracy,
+    origins_between,
+    rolling_origin,
+)
+from prescaler_forecast._fitting import (
+    FALLBACK_MODEL,
+    MODEL_NAMES,
+    FittedModel,
+    ModelRunner,
+    ModelSpec,
+    fit_grid_model,
+    fit_model,
+    forecast_from_fit,
+)
+from prescaler_forecast._hygiene import (
+    clean_series,
+    counter_to_rate,
+    mask_collection_gaps,
+    series_to_grid,
+)
+from prescaler_forecast._prophet import ProphetForecaster
+from prescaler_forecast._selection import Selection, SelectionConfig, select_model
+from prescaler_forecast._service import AUTO, ForecastService
+from prescaler_forecast._types import (
+    STATUS_INSUFFICIENT_HISTORY,
+    STATUS_OK,
+    EventWindow,
+    Forecast,
+    ForecastPoint,
+    InsufficientHistoryError,
+)
+
+__all__ = [
+    "AUTO",
+    "FALLBACK_MODEL",
+    "MODEL_NAMES",
+    "STATUS_INSUFFICIENT_HISTORY",
+    "STATUS_OK",
+    "Band",
+    "EvaluationResult",
+    "EventWindow",
+    "FittedModel",
+    "Forecast",
+    "ForecastPoint",
+    "ForecastService",
+    "Forecaster",
+    "InsufficientHistoryError",
+    "ModelRunner",
+    "ModelSpec",
+    "ProphetForecaster",
+    "RecentTrend",
+    "SeasonalNaive",
+    "SeasonalNaiveWeekly",
+    "Selection",
+    "SelectionConfig",
+    "accuracy",
+    "clean_series",
+    "counter_to_rate",
+    "fit_grid_model",
+    "fit_model",
+    "forecast_from_fit",
+    "mask_collection_gaps",
+    "origins_between",
+    "rolling_origin",
+    "select_model",
+    "series_to_grid",
+]

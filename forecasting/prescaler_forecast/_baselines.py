@@ -1,0 +1,175 @@
+"""Cheap models: seasonal-naive (same time yesterday / last week) and a robust recent trend."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+
+from prescaler_forecast._base import Band, Forecaster
+from prescaler_forecast._calibration import log_ratio_band, normal_quantile, trailing_mean
+
+__all__ = ["RecentTrend", "SeasonalNaive", "SeasonalNaiveWeekly"]
+
+FloatArray = np.ndarray
+IntArray = np.ndarray
+
+DAY = 86_400.0
+WEEK = 7 * DAY
+
+
+def _bins(seconds: float, step: float, lo: int = 1, hi: int | None = None) -> int:
+    n = max(lo, round(seconds / step))
+    return n if hi is None else min(n, hi)
+
+
+class SeasonalNaive(Forecaster):
+    """Same time one period ago, scaled by the recent level.
+
+    ``mean(t) = smooth(y)(t - P) * level_ratio`` where ``level_ratio`` is the mean of the
+    last ``level_seconds`` divided by the mean of the same window one period earlier
+    (clipped to [0.25, 4]); ``smooth`` is a centred moving average over ``smooth_seconds``.
+    The interval comes from the empirical log-ratio errors of exactly this rule over the
+    last ``calibration_seconds`` of history, per lead.
+    """
+
+    name = "seasonal_naive"
+    period_seconds = DAY
+
+    def __init__(
+        self,
+        *,
+        level_seconds: float = 1800.0,
+        smooth_seconds: float = 180.0,
+        calibration_seconds: float = 2 * DAY,
+    ) -> None:
+        super().__init__()
+        self.level_seconds = level_seconds
+        self.smooth_seconds = smooth_seconds
+        self.calibration_seconds = calibration_seconds
+        self._smooth: FloatArray = np.empty(0)
+        self._ratio_series: FloatArray = np.empty(0)
+
+    def min_history_seconds(self, step_seconds: float) -> float:
+        return self.period_seconds + _bins(self.level_seconds, step_seconds) * step_seconds
+
+    def _fit(self) -> None:
+        step = self._step
+        self._period = _bins(self.period_seconds, step)
+        self._level = _bins(self.level_seconds, step)
+        width = _bins(self.smooth_seconds, step)
+        self._smooth = (
+            pd.Series(self._y).rolling(width, center=True, min_periods=1).mean().to_numpy()
+        )
+        # ratio_series[i]: the level ratio an origin whose last observed bin is i would use.
+        level = trailing_mean(self._y, self._level)
+        before = np.full(len(level), np.nan)
+        before[self._period :] = level[: -self._period]
+        with np.errstate(invalid="ignore", divide="ignore"):
+            ratio = level / before
+        self._ratio_series = np.clip(np.where(np.isfinite(ratio), ratio, 1.0), 0.25, 4.0)
+
+    def _reference(self, targets: IntArray) -> FloatArray:
+        """Smoothed value one period before each target bin (more periods if needed)."""
+        n = len(self._y)
+        ref_idx = np.asarray(targets, dtype=int) - self._period
+        while (too_late := ref_idx >= n).any():
+            ref_idx = np.where(too_late, ref_idx - self._period, ref_idx)
+        ref = np.full(len(ref_idx), np.nan)
+        ok = ref_idx >= 0
+        ref[ok] = self._smooth[ref_idx[ok]]
+        # A gap one period ago: fall back to two periods ago, then to the recent level.
+        back = ref_idx - self._period
+        use_back = ~np.isfinite(ref) & (back >= 0)
+        ref[use_back] = self._smooth[back[use_back]]
+        tail = self._y[-self._level :]
+        recent = float(np.nanmean(tail)) if np.isfinite(tail).any() else 0.0
+        fallback = recent / self._ratio_series[-1]
+        return np.asarray(np.where(np.isfinite(ref), ref, fallback), dtype=float)
+
+    def _mean(self, leads: IntArray) -> FloatArray:
+        targets = len(self._y) - 1 + np.asarray(leads, dtype=int)
+        return self._reference(targets) * float(self._ratio_series[-1])
+
+    def _band(self, n_leads: int, quantile: float) -> Band:
+        n = len(self._y)
+        calib = _bins(self.calibration_seconds, self._step)
+        targets = np.arange(max(self._period + 1, n - calib), n)
+        lo = np.ones(n_leads)
+        hi = np.ones(n_leads)
+        for k in range(1, n_leads + 1):
+            origins = targets - k
+            keep = origins >= 0
+            t, o = targets[keep], origins[keep]
+            pred = self._smooth[t - self._period] * self._ratio_series[o]
+            lo[k - 1], hi[k - 1] = log_ratio_band(self._y[t], pred, quantile)
+        return Band.multiplicative(lo, hi)
+
+
+class SeasonalNaiveWeekly(SeasonalNaive):
+    """:class:`SeasonalNaive` with a one-week period (same time last week)."""
+
+    name = "seasonal_naive_weekly"
+    period_seconds = WEEK
+
+
+class RecentTrend(Forecaster):
+    """A robust line through the recent window, for short histories.
+
+    The slope is the Theil–Sen estimator (median of pairwise slopes) over the last
+    ``window_seconds`` and is damped by ``slope_weight``; the level is the median residual
+    line at the last bin. The interval is the ordinary-least-squares prediction interval
+    with a robust (MAD) noise estimate, so it widens with the lead.
+    """
+
+    name = "recent_trend"
+
+    def __init__(
+        self,
+        *,
+        window_seconds: float = 1800.0,
+        min_bins: int = 6,
+        max_bins: int = 240,
+        slope_weight: float = 0.5,
+    ) -> None:
+        super().__init__()
+        self.window_seconds = window_seconds
+        self.min_bins = min_bins
+        self.max_bins = max_bins
+        self.slope_weight = slope_weight
+
+    def min_history_seconds(self, step_seconds: float) -> float:
+        return 3 * step_seconds
+
+    def _fit(self) -> None:
+        window = _bins(self.window_seconds, self._step, self.min_bins, self.max_bins)
+        tail = self._y[-window:]
+        x = np.flatnonzero(np.isfinite(tail)).astype(float) - (len(tail) - 1)
+        y = tail[np.isfinite(tail)]
+        if len(y) < 3:
+            # The tail window is mostly a gap: use the last finite values we have.
+            finite = np.flatnonzero(np.isfinite(self._y))[-window:]
+            x = finite.astype(float) - (len(self._y) - 1)
+            y = self._y[finite]
+        i, j = np.triu_indices(len(x), k=1)
+        slopes = (y[j] - y[i]) / (x[j] - x[i])
+        slope = float(np.median(slopes)) if len(slopes) else 0.0
+        intercept = float(np.median(y - slope * x))
+        resid = y - (intercept + slope * x)
+        self._slope = slope * self.slope_weight
+        self._level = intercept  # fitted value at the last bin (x = 0)
+        self._sigma = 1.4826 * float(np.median(np.abs(resid - np.median(resid))))
+        self._x_mean = float(x.mean())
+        self._sxx = float(((x - x.mean()) ** 2).sum())
+        self._n = len(x)
+
+    def _mean(self, leads: IntArray) -> FloatArray:
+        return self._level + self._slope * np.asarray(leads, dtype=float)
+
+    def _band(self, n_leads: int, quantile: float) -> Band:
+        z = normal_quantile(quantile)
+        lead = np.arange(1, n_leads + 1, dtype=float)
+        sxx = self._sxx if self._sxx > 0 else math.inf
+        width = z * self._sigma * np.sqrt(1 + 1 / self._n + (lead - self._x_mean) ** 2 / sxx)
+        return Band.additive(width, width)

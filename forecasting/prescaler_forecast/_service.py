@@ -1,0 +1,249 @@
+"""The stateful forecaster the operator and the backtest both use.
+
+:class:`ForecastService` owns, per pool:
+
+* **auto-selection** (:func:`select_model`), re-run every ``reselect_seconds`` (default 6 h)
+  or when the set of models with enough history changes;
+* the **refit cadence**: cheap models are refitted on every call; Prophet every
+  ``refit_seconds`` (default 600), or sooner if its cached curve does not reach the horizon;
+* the **nowcast correction** of a cached Prophet fit between refits;
+* the **fallback**: with too little history for any model, an ``insufficient_history``
+  forecast (last level, or zero), never an exception.
+
+Off the event loop: :meth:`ForecastService.forecast_async` runs the two expensive steps,
+:func:`select_model` and :func:`fit_model`, in the given executor (a
+``ProcessPoolExecutor`` keeps the operator responsive); the rest is cheap and inline.
+Alternatively, fit elsewhere and hand the result to :meth:`ForecastService.install`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from collections.abc import Sequence
+from concurrent.futures import Executor
+from dataclasses import replace
+
+import numpy as np
+import pandas as pd
+
+from prescaler_forecast._base import check_quantile
+from prescaler_forecast._fitting import (
+    MODEL_NAMES,
+    FittedModel,
+    ModelRunner,
+    ModelSpec,
+    eligible_models,
+    fallback_forecast,
+    fit_grid_model,
+)
+from prescaler_forecast._hygiene import series_to_grid
+from prescaler_forecast._selection import Selection, SelectionConfig, select_model
+from prescaler_forecast._types import EventWindow, Forecast, InsufficientHistoryError
+
+__all__ = ["AUTO", "ForecastService"]
+
+FloatArray = np.ndarray
+
+AUTO = "auto"
+"""Model name that asks for auto-selection."""
+
+
+class ForecastService:
+    """Forecasts for one demand series, with refits, nowcast, selection and fallback.
+
+    Args:
+        model: ``"auto"`` or a name from :data:`MODEL_NAMES`.
+        horizon_seconds: how far ahead to forecast (the lead time plus margin).
+        step_seconds: the forecast step (60 s for the operator; a coarse trace's own step).
+        quantile: the upper quantile of the interval.
+        refit_seconds: refit cadence of expensive models (Prophet).
+        lookback_seconds: recent history Prophet fits on (default 14 days).
+        events: scheduled windows (past and future occurrences) for Prophet's regressors.
+        candidates: models auto-selection considers (default all).
+        selection: how auto-selection backtests.
+    """
+
+    def __init__(
+        self,
+        *,
+        model: str = AUTO,
+        horizon_seconds: float,
+        step_seconds: float,
+        quantile: float = 0.9,
+        refit_seconds: float = 600.0,
+        lookback_seconds: float | None = None,
+        events: Sequence[EventWindow] = (),
+        candidates: Sequence[str] = MODEL_NAMES,
+        selection: SelectionConfig | None = None,
+    ) -> None:
+        if model != AUTO and model not in MODEL_NAMES:
+            raise ValueError(f"unknown model {model!r}; choose from auto, {', '.join(MODEL_NAMES)}")
+        unknown = [c for c in candidates if c not in MODEL_NAMES]
+        if unknown or not candidates:
+            raise ValueError(f"bad candidate models {unknown or list(candidates)}")
+        if not (math.isfinite(refit_seconds) and refit_seconds > 0):
+            raise ValueError(f"refit_seconds must be > 0, got {refit_seconds}")
+        self.model = model
+        self.refit_seconds = float(refit_seconds)
+        self.candidates = tuple(candidates) if model == AUTO else (model,)
+        self.selection_config = selection or SelectionConfig()
+        self.spec = ModelSpec(
+            name=self.candidates[0],
+            step_seconds=float(step_seconds),
+            horizon_seconds=float(horizon_seconds),
+            quantile=check_quantile(quantile),
+            valid_seconds=2 * self.refit_seconds,
+            lookback_seconds=lookback_seconds,
+            events=tuple(events),
+        )
+        self.selection: Selection | None = None
+        """The latest auto-selection (``None`` before the first, or for a fixed model)."""
+        self._runners: dict[str, ModelRunner] = {}
+
+    # ------------------------------------------------------------------ state
+    @property
+    def horizon_seconds(self) -> float:
+        return self.spec.horizon_seconds
+
+    @property
+    def step_seconds(self) -> float:
+        return self.spec.step_seconds
+
+    def runner(self, name: str) -> ModelRunner:
+        """The cached-fit runner of one model (created on first use)."""
+        if name not in self._runners:
+            self._runners[name] = ModelRunner(replace(self.spec, name=name), self.refit_seconds)
+        return self._runners[name]
+
+    def install(self, fitted: FittedModel) -> None:
+        """Use a fit made elsewhere, e.g. by :func:`fit_model` in a process pool."""
+        self.runner(fitted.name).install(fitted)
+
+    def grid(self, history: pd.Series, now: float) -> tuple[float, FloatArray]:
+        """The cleaned grid of ``history`` observed before ``now``."""
+        return series_to_grid(history, self.step_seconds, before=now)
+
+    # ------------------------------------------------------------------ forecasting
+    def forecast(self, history: pd.Series, now: float) -> Forecast:
+        """The forecast at ``now`` from ``history`` before it (later samples are ignored).
+
+        Refits, reselects and falls back as described in the class docstring; runs any
+        expensive step inline.
+        """
+        start, values = self.grid(history, now)
+        eligible = self._eligible(start, values)
+        if not eligible:
+            return self._fallback(values, now, "no model has enough history yet")
+        if self._selection_due(eligible, now):
+            self.selection = select_model(
+                start,
+                values,
+                now,
+                candidates=eligible,
+                spec=self.spec,
+                refit_seconds=self.refit_seconds,
+                config=self.selection_config,
+            )
+        return self._forecast(start, values, now, eligible)
+
+    async def forecast_async(
+        self, history: pd.Series, now: float, executor: Executor | None = None
+    ) -> Forecast:
+        """Like :meth:`forecast`, with selection and expensive fits run in ``executor``."""
+        loop = asyncio.get_running_loop()
+        start, values = self.grid(history, now)
+        eligible = self._eligible(start, values)
+        if not eligible:
+            return self._fallback(values, now, "no model has enough history yet")
+        if self._selection_due(eligible, now):
+            self.selection = await loop.run_in_executor(
+                executor,
+                _select,
+                start,
+                values,
+                now,
+                eligible,
+                self.spec,
+                self.refit_seconds,
+                self.selection_config,
+            )
+        name = self._chosen(eligible)
+        runner = self.runner(name)
+        if runner.cheap or not runner.refit_due(now):
+            return self._forecast(start, values, now, eligible)
+        try:
+            fitted = await loop.run_in_executor(
+                executor, fit_grid_model, runner.spec, start, values
+            )
+        except InsufficientHistoryError:
+            return self._forecast(start, values, now, tuple(e for e in eligible if e != name))
+        runner.install(fitted)
+        return self._forecast(start, values, now, eligible)
+
+    # ------------------------------------------------------------------ internals
+    def _eligible(self, start: float, values: FloatArray) -> tuple[str, ...]:
+        return eligible_models(self.candidates, start, values, self.step_seconds)
+
+    def _selection_due(self, eligible: tuple[str, ...], now: float) -> bool:
+        if self.model != AUTO:
+            return False
+        s = self.selection
+        return (
+            s is None
+            or s.candidates != eligible
+            or now - s.at >= self.selection_config.reselect_seconds
+            or now < s.at
+        )
+
+    def _chosen(self, eligible: tuple[str, ...]) -> str:
+        if self.model != AUTO:
+            return self.model
+        if self.selection is not None and self.selection.model in eligible:
+            return self.selection.model
+        return eligible[0]
+
+    def _forecast(
+        self, start: float, values: FloatArray, now: float, eligible: tuple[str, ...]
+    ) -> Forecast:
+        tried: list[str] = []
+        name = self._chosen(eligible) if eligible else None
+        order = [n for n in (name, *eligible) if n is not None]
+        for candidate in dict.fromkeys(order):
+            try:
+                result = self.runner(candidate).forecast(start, values, now)
+            except InsufficientHistoryError as exc:
+                tried.append(f"{candidate}: {exc}")
+                continue
+            score, detail = None, result.detail
+            if self.selection is not None and self.selection.model == candidate:
+                score = self.selection.score
+                detail = "; ".join(x for x in (self.selection.describe(), detail) if x)
+            return replace(result, score=score, detail=detail)
+        return self._fallback(values, now, "; ".join(tried) or "no model has enough history")
+
+    def _fallback(self, values: FloatArray, now: float, detail: str) -> Forecast:
+        return fallback_forecast(
+            values, self.step_seconds, now, self.horizon_seconds, self.spec.quantile, detail
+        )
+
+
+def _select(
+    start: float,
+    values: FloatArray,
+    now: float,
+    candidates: tuple[str, ...],
+    spec: ModelSpec,
+    refit_seconds: float,
+    config: SelectionConfig,
+) -> Selection:
+    """Positional wrapper of :func:`select_model` for ``run_in_executor``."""
+    return select_model(
+        start,
+        values,
+        now,
+        candidates=candidates,
+        spec=spec,
+        refit_seconds=refit_seconds,
+        config=config,
+    )

@@ -1,0 +1,105 @@
+"""Value types shared by every part of the package: forecasts, points, events and errors."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Final
+
+__all__ = [
+    "STATUS_INSUFFICIENT_HISTORY",
+    "STATUS_OK",
+    "EventWindow",
+    "Forecast",
+    "ForecastPoint",
+    "InsufficientHistoryError",
+]
+
+STATUS_OK: Final = "ok"
+"""The requested (or auto-selected) model produced the forecast."""
+STATUS_INSUFFICIENT_HISTORY: Final = "insufficient_history"
+"""Too little history for any real model: a fallback (last level, or zero) was used."""
+
+
+class InsufficientHistoryError(ValueError):
+    """A model cannot be fitted on this much history.
+
+    Raised by :meth:`Forecaster.fit`; :class:`ForecastService` never lets it escape and
+    answers with ``status="insufficient_history"`` plus a fallback forecast instead.
+    """
+
+
+@dataclass(frozen=True)
+class ForecastPoint:
+    """One forecast step."""
+
+    t: float
+    """Unix seconds of the END of the step this point describes (the step is ``(t-step, t]``)."""
+    mean: float
+    """Expected mean demand over the step, in the input series' unit (requests/s); >= 0."""
+    lower: float
+    """Lower bound (the ``1 - quantile`` quantile); 0 <= lower <= mean."""
+    upper: float
+    """Upper bound (the requested upper ``quantile``); upper >= mean."""
+
+    def __post_init__(self) -> None:
+        if not all(math.isfinite(v) for v in (self.t, self.mean, self.lower, self.upper)):
+            raise ValueError(f"forecast point has a non-finite value: {self}")
+        if not 0 <= self.lower <= self.mean <= self.upper:
+            raise ValueError(f"forecast point must have 0 <= lower <= mean <= upper: {self}")
+
+
+@dataclass(frozen=True)
+class Forecast:
+    """A forecast for the next horizon, as the operator puts it in status."""
+
+    model: str
+    """Name of the model that produced the points (``"prophet"``, ``"seasonal_naive"``,
+    ``"seasonal_naive_weekly"``, ``"recent_trend"``, or ``"fallback"``)."""
+    score: float | None
+    """The selection error (sMAPE in percent, see :mod:`prescaler_forecast`) of ``model``
+    in the rolling-origin backtest that chose it; ``None`` if not chosen by a backtest."""
+    step_seconds: float
+    """Width of each point's step."""
+    generated_at: float
+    """Unix seconds: the "now" the forecast was made at (only data before it was used)."""
+    quantile: float
+    """The upper quantile that ``ForecastPoint.upper`` estimates, e.g. 0.9."""
+    points: tuple[ForecastPoint, ...]
+    """Consecutive steps covering ``(generated_at, generated_at + horizon]``."""
+    status: str = STATUS_OK
+    """``"ok"`` or ``"insufficient_history"`` (a fallback produced the points)."""
+    detail: str = ""
+    """A human-readable note, e.g. why history was insufficient or how the model was chosen."""
+
+    def peak_upper(self) -> float:
+        """The largest upper bound over the horizon (0 for an empty forecast)."""
+        return max((p.upper for p in self.points), default=0.0)
+
+    def peak_mean(self) -> float:
+        """The largest mean over the horizon (0 for an empty forecast)."""
+        return max((p.mean for p in self.points), default=0.0)
+
+
+@dataclass(frozen=True)
+class EventWindow:
+    """A scheduled window, turned into a Prophet regressor.
+
+    Give every past and future occurrence of the same kind of event the same ``name``
+    (e.g. ``"black_friday"``): Prophet then learns the lift from the past occurrences and
+    applies it to the next one. A name without any occurrence inside the fitted history
+    teaches nothing and is ignored by the model.
+    """
+
+    start: float
+    """Unix seconds."""
+    end: float
+    """Unix seconds; must be after ``start``."""
+    name: str = "event"
+    """Regressor name; occurrences with the same name share one learned lift."""
+
+    def __post_init__(self) -> None:
+        if not (math.isfinite(self.start) and math.isfinite(self.end)) or self.end <= self.start:
+            raise ValueError(f"event window must have finite start < end: {self}")
+        if not self.name or not self.name.replace("_", "").isalnum():
+            raise ValueError(f"event name must be a non-empty identifier, got {self.name!r}")
