@@ -601,12 +601,16 @@ def with_token_mix(
 ) -> Trace:
     """Give a trace without token columns per-bin mean lengths drawn from ``mix``.
 
-    Each bin draws ``min(requests in the bin, max_draws_per_bin)`` requests; the bin's mean
-    lengths are their means (so small bins are noisy, as real ones are). Seeded: repeatable.
+    Each bin draws ``k = min(n, max_draws_per_bin)`` requests, ``n`` being the requests in
+    the bin. With ``n <= k`` the bin's mean lengths are the draws' means (small bins are
+    noisy, as real ones are); with more requests the draws' deviation from the mix's mean is
+    shrunk by ``sqrt(k / n)``, the spread of a mean of ``n`` draws (central limit theorem).
+    Seeded: repeatable.
     """
     rng = np.random.default_rng(seed)
     rps = np.nan_to_num(np.asarray(trace.rps, dtype=float))
-    n = np.clip(np.rint(rps * trace.step_seconds), 0, max_draws_per_bin).astype(np.int64)
+    requests = np.rint(rps * trace.step_seconds)
+    n = np.clip(requests, 0, max_draws_per_bin).astype(np.int64)
     total = int(n.sum())
     prompt = np.full(len(rps), np.nan)
     output = np.full(len(rps), np.nan)
@@ -617,8 +621,10 @@ def with_token_mix(
         cp = np.concatenate([[0.0], np.cumsum(p)])
         co = np.concatenate([[0.0], np.cumsum(o)])
         has = n > 0
-        prompt[has] = (cp[ends[has]] - cp[starts[has]]) / n[has]
-        output[has] = (co[ends[has]] - co[starts[has]]) / n[has]
+        shrink = np.sqrt(n[has] / np.maximum(requests[has], 1.0))
+        mp, mo = mix.mean_prompt, mix.mean_output
+        prompt[has] = mp + ((cp[ends[has]] - cp[starts[has]]) / n[has] - mp) * shrink
+        output[has] = mo + ((co[ends[has]] - co[starts[has]]) / n[has] - mo) * shrink
     empty = ~np.isfinite(prompt)
     prompt[empty] = mix.mean_prompt
     output[empty] = mix.mean_output

@@ -1,0 +1,68 @@
+"""Backtest: replay real traces through a simulated GPU fleet under several policies (pure).
+
+Module map:
+
+* ``_demand``   - trace -> per-minute demand (tokens/s truth, observed requests/s)
+* ``_fleet``    - replicas that become ready one cold start after they are requested
+* ``_policies`` - reactive (HPA v2), predictive (the operator's planner), oracle, schedule-only
+* ``_simulate`` - the replay loop, the fluid queue, the scores and the timeline
+* ``_report``   - several policies at once, JSON, CSV and plots
+"""
+
+from prescaler.backtest._demand import Demand, demand_from_trace
+from prescaler.backtest._fleet import Fleet, cold_start_steps
+from prescaler.backtest._policies import (
+    Forecaster,
+    Observation,
+    OraclePolicy,
+    Policy,
+    PredictivePolicy,
+    ReactivePolicy,
+    ScheduleOnlyPolicy,
+    oracle_replicas,
+)
+from prescaler.backtest._report import (
+    BacktestResult,
+    plot_paths,
+    run_backtest,
+    worst_ramp,
+    write_plots,
+    write_timeline,
+)
+from prescaler.backtest._simulate import (
+    FleetConfig,
+    PolicyRun,
+    Score,
+    fluid_queue,
+    score,
+    simulate,
+    timeline,
+)
+
+__all__ = [
+    "BacktestResult",
+    "Demand",
+    "Fleet",
+    "FleetConfig",
+    "Forecaster",
+    "Observation",
+    "OraclePolicy",
+    "Policy",
+    "PolicyRun",
+    "PredictivePolicy",
+    "ReactivePolicy",
+    "ScheduleOnlyPolicy",
+    "Score",
+    "cold_start_steps",
+    "demand_from_trace",
+    "fluid_queue",
+    "oracle_replicas",
+    "plot_paths",
+    "run_backtest",
+    "score",
+    "simulate",
+    "timeline",
+    "worst_ramp",
+    "write_plots",
+    "write_timeline",
+]

@@ -1,0 +1,290 @@
+"""Scaling policies the backtest compares. Each decides a replica count from what it may see.
+
+* :class:`ReactivePolicy` - the Kubernetes HPA v2 algorithm, as the brief defines it.
+* :class:`PredictivePolicy` - the operator's forecaster and planner (the same code).
+* :class:`OraclePolicy` - perfect foresight: the physical lower bound.
+* :class:`ScheduleOnlyPolicy` - KEDA-cron style: scheduled windows, else ``min_replicas``.
+
+A policy only sees an :class:`Observation`: the clock, its own fleet and the demand history
+up to the metric lag. Only the oracle is handed the future, at construction.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import numpy as np
+import pandas as pd
+
+from prescaler.capacity import CapacityModel
+from prescaler.planning import (
+    FleetState,
+    ForecastLike,
+    PlanInputs,
+    ScalePlan,
+    ScalingPolicy,
+    ScheduledWindow,
+    next_fleet_state,
+    plan,
+)
+
+FloatArray = np.ndarray
+
+
+@dataclass(frozen=True, slots=True)
+class Observation:
+    """What a policy may know when it decides at ``now``."""
+
+    now: float
+    """Unix seconds."""
+    step: int
+    """Simulation step index (``now = start + step * step_seconds``)."""
+    ready: int
+    existing: int
+    """Replicas that exist (ready or starting): what the scale target asks for."""
+    metric_tokens_per_s: float
+    """Demand as a metrics pipeline shows it at ``now``: the value ``metric_lag`` ago."""
+    observed: pd.Series = field(repr=False)
+    """The whole observed series; only its first ``visible_minutes`` may be read."""
+    visible_minutes: int = 0
+
+    @property
+    def history(self) -> pd.Series:
+        """Observed load (mean-sized requests/s) per minute, for minutes that ended at least
+        the metric lag before ``now``. NaN marks collection gaps. Tz-aware UTC index."""
+        return self.observed.iloc[: self.visible_minutes]
+
+
+class Policy(Protocol):
+    """Decides a replica count every ``interval_seconds``."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def interval_seconds(self) -> float: ...
+    def decide(self, obs: Observation) -> int: ...
+
+
+# --------------------------------------------------------------------------- reactive
+
+
+@dataclass
+class ReactivePolicy:
+    """Kubernetes HPA v2 (``autoscaling/v2``) on a per-pod load metric.
+
+    The metric is each ready pod's offered load as a share of its capacity,
+    ``demand / (ready × replica_tokens_per_second)`` with demand ``metric_lag`` seconds old,
+    averaged over ready pods, and a target of ``target`` (0.7). The replica calculation
+    follows ``ReplicaCalculator`` for pod metrics: pods that are starting (running, not
+    ready, no metrics yet) count as 0 on a scale-up and as exactly on target on a
+    scale-down, the tolerance (0.1) is checked on that ratio, and
+    ``desired = ceil(ratio × pods)``. Behaviours are the defaults: scale-up at most
+    ``max(4 pods, 100 %)`` per 15 s with no stabilization, scale-down stabilized over
+    300 s (the largest recommendation in the window wins), bounded by min/max replicas.
+    """
+
+    replica_tokens_per_second: float
+    min_replicas: int
+    max_replicas: int
+    target: float = 0.7
+    tolerance: float = 0.1
+    scale_down_stabilization_seconds: float = 300.0
+    sync_seconds: float = 15.0
+    name: str = "reactive"
+    _recommendations: deque[tuple[float, int]] = field(default_factory=deque, repr=False)
+
+    @property
+    def interval_seconds(self) -> float:
+        return self.sync_seconds
+
+    def recommend(self, current: int, ready: int, demand_tokens_per_s: float) -> int:
+        """``ReplicaCalculator``: the raw recommendation before behaviours."""
+        if ready <= 0 or current <= 0:
+            return current  # no metrics at all: the HPA cannot compute, it keeps the count
+        capacity = ready * self.replica_tokens_per_second
+        usage_ratio = (demand_tokens_per_s / capacity) / self.target
+        missing = current - ready
+        if missing <= 0:
+            if abs(1.0 - usage_ratio) <= self.tolerance:
+                return current
+            return math.ceil(usage_ratio * ready)
+        # Missing pods: 0 usage on a scale-up, exactly the target on a scale-down.
+        filler = 0.0 if usage_ratio >= 1.0 else 1.0
+        new_ratio = (usage_ratio * ready + filler * missing) / current
+        if (
+            abs(1.0 - new_ratio) <= self.tolerance
+            or (usage_ratio < 1.0 < new_ratio)
+            or (usage_ratio > 1.0 > new_ratio)
+        ):
+            return current
+        desired = math.ceil(new_ratio * current)
+        if (new_ratio < 1.0 and desired > current) or (new_ratio > 1.0 and desired < current):
+            return current
+        return desired
+
+    def decide(self, obs: Observation) -> int:
+        current = obs.existing
+        raw = self.recommend(current, obs.ready, obs.metric_tokens_per_s)
+        # Stabilization: scale-up window 0 s (the raw value), scale-down window 300 s.
+        recs = self._recommendations
+        cutoff = obs.now - self.scale_down_stabilization_seconds
+        while recs and recs[0][0] <= cutoff:
+            recs.popleft()
+        recs.append((obs.now, raw))
+        down = max(r for _, r in recs)
+        desired = current
+        if desired < raw:
+            desired = raw
+        if desired > down:
+            desired = down
+        # Rate limit: at most max(+4 pods, +100 %) per 15 s; scale-down unlimited (100 %).
+        up_limit = max(current + 4, current * 2, current)
+        desired = min(desired, up_limit, self.max_replicas)
+        return max(desired, self.min_replicas)
+
+
+# --------------------------------------------------------------------------- oracle
+
+
+def oracle_replicas(
+    tokens_per_s_per_step: FloatArray,
+    replica_tokens_per_second: float,
+    lag_steps: int,
+    min_replicas: int,
+    max_replicas: int,
+) -> np.ndarray:
+    """Replicas that must exist at each step for zero shortfall at minimum GPU time.
+
+    ``need[i] = ceil(demand[i] / capacity)``. A replica ready at step ``s`` was started at
+    ``s - lag`` and has existed since, so ``exist[i] >= max(need[i..i+lag])``; starting each
+    replica exactly ``lag`` steps before it is needed and removing it as soon as no later
+    need within ``lag`` steps holds it meets that bound with equality.
+    """
+    need = np.ceil(np.asarray(tokens_per_s_per_step) / replica_tokens_per_second - 1e-9)
+    need = np.clip(need, min_replicas, max_replicas).astype(np.int64)
+    if lag_steps == 0:
+        return need
+    padded = np.concatenate([need, np.full(lag_steps, need[-1], dtype=np.int64)])
+    windows = np.lib.stride_tricks.sliding_window_view(padded, lag_steps + 1)
+    return np.asarray(windows.max(axis=1), dtype=np.int64)
+
+
+@dataclass
+class OraclePolicy:
+    """Knows future demand: applies :func:`oracle_replicas` at every step."""
+
+    replicas_per_step: np.ndarray
+    step_seconds: float
+    name: str = "oracle"
+
+    @property
+    def interval_seconds(self) -> float:
+        return self.step_seconds
+
+    def decide(self, obs: Observation) -> int:
+        return int(self.replicas_per_step[obs.step])
+
+
+# --------------------------------------------------------------------------- schedule-only
+
+
+@dataclass
+class ScheduleOnlyPolicy:
+    """KEDA-cron style: inside a window (from its pre-warm lead on) the window's replicas,
+    else ``min_replicas``. It ignores demand entirely."""
+
+    windows: Sequence[ScheduledWindow]
+    capacity: CapacityModel
+    min_replicas: int
+    max_replicas: int
+    interval: float = 60.0
+    name: str = "schedule-only"
+
+    @property
+    def interval_seconds(self) -> float:
+        return self.interval
+
+    def decide(self, obs: Observation) -> int:
+        want = self.min_replicas
+        for window in self.windows:
+            for occ in window.occurrences(obs.now - 1.0, obs.now + window.lead_seconds + 1.0):
+                if occ.prewarm_at <= obs.now < occ.end:
+                    if occ.min_replicas is not None:
+                        want = max(want, occ.min_replicas)
+                    if occ.expected_requests_per_second is not None:
+                        need = self.capacity.required(occ.expected_requests_per_second)
+                        want = max(want, need.replicas)
+        return min(want, self.max_replicas)
+
+
+# --------------------------------------------------------------------------- predictive
+
+
+class Forecaster(Protocol):
+    """What the predictive policy needs of ``prescaler_forecast.ForecastService``."""
+
+    def forecast(self, history: pd.Series, now: float) -> ForecastLike: ...
+
+
+@dataclass
+class PredictivePolicy:
+    """The operator's loop: forecast on the history, then :func:`prescaler.planning.plan`.
+
+    The fleet state it hands the planner is the simulated one, and the planner's own
+    :func:`next_fleet_state` records scale times, exactly as the operator applies a plan.
+    ``observed_requests_per_second`` is the last observed minute (``None`` in a gap).
+    """
+
+    forecaster: Forecaster
+    capacity: CapacityModel
+    policy: ScalingPolicy
+    cold_start_seconds: float
+    windows: Sequence[ScheduledWindow] = ()
+    interval: float = 60.0
+    history_seconds: float | None = None
+    """Only this much history is handed to the forecaster (``None``: all of it)."""
+    name: str = "predictive"
+    on_plan: Callable[[ScalePlan], None] | None = None
+    _state: FleetState | None = field(default=None, repr=False)
+
+    @property
+    def interval_seconds(self) -> float:
+        return self.interval
+
+    def decide(self, obs: Observation) -> int:
+        history = obs.history
+        if self.history_seconds is not None and len(history):
+            keep = max(1, math.ceil(self.history_seconds / 60.0))
+            history = history.iloc[-keep:]
+        observed: float | None = None
+        if len(history):
+            last = float(history.iloc[-1])
+            observed = last if math.isfinite(last) else None
+        forecast = self.forecaster.forecast(history, obs.now) if len(history) else None
+        state = self._state or FleetState(current_replicas=obs.existing)
+        state = FleetState(
+            current_replicas=obs.existing,
+            ready_replicas=obs.ready,
+            last_scale_up_at=state.last_scale_up_at,
+            last_scale_down_at=state.last_scale_down_at,
+            observed_requests_per_second=observed,
+        )
+        decision = plan(
+            PlanInputs(
+                now=obs.now,
+                capacity=self.capacity,
+                fleet=state,
+                policy=self.policy,
+                cold_start_seconds=self.cold_start_seconds,
+                forecast=forecast,
+                windows=tuple(self.windows),
+            )
+        )
+        self._state = next_fleet_state(state, decision)
+        if self.on_plan is not None:
+            self.on_plan(decision)
+        return decision.desired_replicas

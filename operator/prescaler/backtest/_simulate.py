@@ -1,0 +1,255 @@
+"""Replay per-minute demand through a simulated fleet under one policy, and score it.
+
+Fleet model:
+
+* Time advances in steps of ``step_seconds`` (15 s: the HPA sync period). Demand is the
+  trace's per-minute average, constant within a minute.
+* Each ready replica serves up to ``replica_tokens_per_second`` (the capacity model's
+  effective limit: the binding one of KV-cache concurrency and compute). A replica is ready
+  one cold start after it is requested (see :mod:`._fleet`).
+* Demand beyond ready capacity waits in a FIFO fluid queue that drains when capacity frees.
+
+Scores (per policy):
+
+* ``shortfall_minutes`` - minutes in which ready capacity was below demand at any step,
+  i.e. ``min ready in the minute × replica capacity < the minute's demand``; the timeline's
+  ``_ready`` column is that minimum, so the count can be recomputed from the CSV.
+* ``unserved_token_fraction`` - share of demand tokens not served in the step they arrived
+  (they joined the queue).
+* ``gpu_hours`` - replicas that exist (starting or ready) × GPUs per replica × time.
+* ``scale_events`` - changes of the replica count.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from prescaler.backtest._demand import MINUTE, Demand
+from prescaler.backtest._fleet import Fleet, cold_start_steps
+from prescaler.backtest._policies import Observation, Policy
+
+FloatArray = np.ndarray
+Progress = Callable[[str, float], None]
+"""Called with (policy name, fraction done)."""
+
+
+@dataclass(frozen=True)
+class FleetConfig:
+    """The simulated fleet, shared by every policy."""
+
+    replica_tokens_per_second: float
+    """One replica's effective capacity (prompt + output tokens/s)."""
+    cold_start_seconds: float
+    min_replicas: int = 1
+    max_replicas: int = 100
+    gpus_per_replica: int = 1
+    step_seconds: float = 15.0
+    metric_lag_seconds: float = 30.0
+    """How old the demand a policy observes is (scrape interval plus rate window)."""
+    initial_replicas: int | None = None
+    """Ready replicas at the start; ``None``: what the first minute needs at 70 % load."""
+
+    def __post_init__(self) -> None:
+        if not self.replica_tokens_per_second > 0:
+            raise ValueError("replica tokens per second must be > 0")
+        if self.cold_start_seconds < 0:
+            raise ValueError("cold start must be >= 0 seconds")
+        if self.min_replicas < 0 or self.max_replicas < max(1, self.min_replicas):
+            raise ValueError("need 0 <= min replicas <= max replicas and max replicas >= 1")
+        ratio = MINUTE / self.step_seconds
+        if not (self.step_seconds > 0 and abs(ratio - round(ratio)) < 1e-9):
+            raise ValueError("the simulation step must divide 60 s")
+        if self.gpus_per_replica < 1:
+            raise ValueError("gpus per replica must be >= 1")
+
+    @property
+    def steps_per_minute(self) -> int:
+        return round(MINUTE / self.step_seconds)
+
+    @property
+    def lag_steps(self) -> int:
+        return cold_start_steps(self.cold_start_seconds, self.step_seconds)
+
+    def first_replicas(self, demand: Demand) -> int:
+        if self.initial_replicas is not None:
+            want = self.initial_replicas
+        else:
+            want = math.ceil(float(demand.tokens_per_s[0]) / (0.7 * self.replica_tokens_per_second))
+        return min(max(want, self.min_replicas), self.max_replicas)
+
+
+@dataclass(frozen=True)
+class PolicyRun:
+    """One policy's replay: per-step fleet and per-minute summaries plus scores."""
+
+    name: str
+    ready_per_step: np.ndarray
+    existing_per_step: np.ndarray
+    scale_events: int
+    seconds: float
+    """Wall time of the replay."""
+
+    def ready_per_minute(self, steps_per_minute: int) -> np.ndarray:
+        """The smallest ready count within each minute."""
+        return np.asarray(self.ready_per_step.reshape(-1, steps_per_minute).min(axis=1))
+
+    def existing_per_minute(self, steps_per_minute: int) -> np.ndarray:
+        """The largest count of existing replicas within each minute."""
+        return np.asarray(self.existing_per_step.reshape(-1, steps_per_minute).max(axis=1))
+
+
+def simulate(
+    demand: Demand,
+    policy: Policy,
+    config: FleetConfig,
+    *,
+    progress: Progress | None = None,
+    until_minute: int | None = None,
+) -> PolicyRun:
+    """Replay ``demand`` under ``policy``. ``until_minute`` stops early (for tests)."""
+    t0 = time.perf_counter()
+    spm = config.steps_per_minute
+    minutes = len(demand) if until_minute is None else min(until_minute, len(demand))
+    steps = minutes * spm
+    dt = config.step_seconds
+    every = round(policy.interval_seconds / dt)
+    if every < 1 or abs(every * dt - policy.interval_seconds) > 1e-6:
+        raise ValueError(
+            f"{policy.name}: decision interval {policy.interval_seconds}s is not a multiple "
+            f"of the {dt}s simulation step"
+        )
+    tokens = np.repeat(np.asarray(demand.tokens_per_s[:minutes], dtype=float), spm)
+    metric_lag = round(config.metric_lag_seconds / dt)
+    history = demand.observed_series()
+    lag_minutes_end = config.metric_lag_seconds
+    fleet = Fleet(config.first_replicas(demand), config.lag_steps)
+    ready = np.empty(steps, dtype=np.int64)
+    existing = np.empty(steps, dtype=np.int64)
+    report_every = max(1, steps // 50)
+    lo, hi = config.min_replicas, config.max_replicas
+    for i in range(steps):
+        fleet.advance(i)
+        if i % every == 0:
+            now = demand.start + i * dt
+            # Minutes that ended at least the metric lag ago are visible; nothing later.
+            visible = math.floor((i * dt - lag_minutes_end) / MINUTE + 1e-9)
+            visible = max(0, min(visible, minutes))
+            obs = Observation(
+                now=now,
+                step=i,
+                ready=fleet.ready,
+                existing=fleet.existing,
+                metric_tokens_per_s=float(tokens[max(0, i - metric_lag)]),
+                observed=history,
+                visible_minutes=visible,
+            )
+            desired = policy.decide(obs)
+            fleet.scale_to(min(max(desired, lo), hi), i)
+        ready[i] = fleet.ready
+        existing[i] = fleet.existing
+        if progress is not None and i % report_every == 0:
+            progress(policy.name, i / steps)
+    if progress is not None:
+        progress(policy.name, 1.0)
+    return PolicyRun(
+        name=policy.name,
+        ready_per_step=ready,
+        existing_per_step=existing,
+        scale_events=fleet.scale_events,
+        seconds=time.perf_counter() - t0,
+    )
+
+
+@dataclass(frozen=True)
+class Score:
+    shortfall_minutes: int
+    unserved_token_fraction: float
+    gpu_hours: float
+    scale_events: int
+    peak_queue_tokens: float
+    mean_queue_delay_seconds: float
+    """Little's law over the run: queued token-seconds / tokens."""
+    peak_replicas: int
+
+    def as_dict(self) -> dict[str, float | int]:
+        return {
+            "shortfall_minutes": self.shortfall_minutes,
+            "unserved_token_fraction": self.unserved_token_fraction,
+            "gpu_hours": self.gpu_hours,
+            "scale_events": self.scale_events,
+            "peak_queue_tokens": self.peak_queue_tokens,
+            "mean_queue_delay_seconds": self.mean_queue_delay_seconds,
+            "peak_replicas": self.peak_replicas,
+        }
+
+
+def fluid_queue(
+    arrivals: FloatArray, capacity: FloatArray
+) -> tuple[FloatArray, FloatArray]:
+    """FIFO fluid queue per step: (queue after each step, arrivals not served in their step)."""
+    n = len(arrivals)
+    queue = np.zeros(n)
+    delayed = np.zeros(n)
+    q = 0.0
+    # Only steps where demand exceeds capacity, or a queue is left, need the recursion.
+    short = arrivals > capacity
+    if not short.any():
+        return queue, delayed
+    for i in range(int(np.flatnonzero(short)[0]), n):
+        a = arrivals[i]
+        c = capacity[i]
+        if q == 0.0 and a <= c:
+            continue
+        free_for_new = max(0.0, c - q)
+        late = max(0.0, a - free_for_new)
+        q = max(0.0, q + a - c)
+        queue[i] = q
+        delayed[i] = late
+    return queue, delayed
+
+
+def score(run: PolicyRun, demand: Demand, config: FleetConfig) -> Score:
+    """Score one replay (see the module docstring)."""
+    spm = config.steps_per_minute
+    steps = len(run.ready_per_step)
+    minutes = steps // spm
+    dt = config.step_seconds
+    cap = config.replica_tokens_per_second
+    tokens_min = np.asarray(demand.tokens_per_s[:minutes], dtype=float)
+    ready_min = run.ready_per_minute(spm)
+    shortfall = int(np.count_nonzero(ready_min * cap < tokens_min))
+    arrivals = np.repeat(tokens_min, spm) * dt
+    capacity = run.ready_per_step.astype(float) * cap * dt
+    queue, delayed = fluid_queue(arrivals, capacity)
+    total = float(arrivals.sum())
+    gpu_hours = float(run.existing_per_step.sum()) * dt * config.gpus_per_replica / 3600.0
+    return Score(
+        shortfall_minutes=shortfall,
+        unserved_token_fraction=float(delayed.sum() / total) if total > 0 else 0.0,
+        gpu_hours=gpu_hours,
+        scale_events=run.scale_events,
+        peak_queue_tokens=float(queue.max()) if len(queue) else 0.0,
+        mean_queue_delay_seconds=float(queue.sum() * dt / total) if total > 0 else 0.0,
+        peak_replicas=int(run.existing_per_step.max()) if steps else 0,
+    )
+
+
+def timeline(demand: Demand, runs: list[PolicyRun], config: FleetConfig) -> pd.DataFrame:
+    """The per-minute timeline in the brief's column order."""
+    spm = config.steps_per_minute
+    minutes = min(len(r.ready_per_step) for r in runs) // spm if runs else len(demand)
+    columns: dict[str, object] = {
+        "minute": np.arange(minutes, dtype=np.int64),
+        "demand_tokens_per_s": np.asarray(demand.tokens_per_s[:minutes], dtype=float),
+        "replica_tokens_per_s": np.full(minutes, config.replica_tokens_per_second),
+    }
+    for run in runs:
+        columns[f"{run.name}_ready"] = run.ready_per_minute(spm)[:minutes]
+        columns[f"{run.name}_desired"] = run.existing_per_minute(spm)[:minutes]
+    return pd.DataFrame(columns)

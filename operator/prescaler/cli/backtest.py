@@ -1,0 +1,364 @@
+"""``prescaler backtest``: replay a real trace through a simulated GPU fleet, per policy.
+
+Example (the 14-day ServeGen trace, played as 14 days, 240 s cold start)::
+
+    SG=../shared/traces/servegen_m_small/language__m-small
+    prescaler backtest --trace $SG_aggregate_rate_10min.csv --format servegen \\
+        --token-mix $SG_input_tokens_pdf.csv.gz --cold-start-seconds 240 \\
+        --policies reactive,predictive,oracle --replica-tokens-per-second 20000 \\
+        --scale-to-peak-replicas 40 --json out.json --timeline out.csv --plot out.png
+
+The reported numbers and the benchmark command are in ``benchmarks/README.md``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from prescaler.cli._capacity_args import add_capacity_arguments, capacity_from_args
+from prescaler.cli._common import (
+    CliError,
+    non_negative_float,
+    positive_float,
+    positive_int,
+    print_json,
+)
+
+POLICIES = ("reactive", "predictive", "oracle", "schedule-only")
+
+
+def _policies(text: str) -> list[str]:
+    names = [p.strip() for p in text.split(",") if p.strip()]
+    if not names:
+        raise argparse.ArgumentTypeError("give at least one policy")
+    for name in names:
+        if name not in POLICIES:
+            raise argparse.ArgumentTypeError(
+                f"unknown policy {name!r}; expected some of {', '.join(POLICIES)}"
+            )
+    if len(set(names)) != len(names):
+        raise argparse.ArgumentTypeError("a policy is listed twice")
+    return names
+
+
+def _quantile(text: str) -> float:
+    value = positive_float(text)
+    if not 0.5 <= value < 1:
+        raise argparse.ArgumentTypeError(f"must be in [0.5, 1), got {text}")
+    return value
+
+
+def register(subparsers: Any) -> None:
+    from prescaler.traces import TRACE_FORMATS
+
+    parser = subparsers.add_parser(
+        "backtest",
+        help="replay a trace: predictive vs reactive (HPA) vs oracle",
+        description=(
+            "Replay a real trace through a simulated GPU fleet and score each policy: "
+            "shortfall minutes, unserved token fraction, GPU-hours and scale events."
+        ),
+    )
+    src = parser.add_argument_group("trace")
+    src.add_argument("--trace", required=True, type=Path, metavar="FILE")
+    src.add_argument("--format", required=True, choices=TRACE_FORMATS, dest="trace_format")
+    src.add_argument(
+        "--time-scale",
+        type=positive_float,
+        default=1.0,
+        metavar="X",
+        help="stretch time by X (10: a 1-hour trace plays over 10 hours); rates keep values",
+    )
+    src.add_argument(
+        "--token-mix",
+        type=Path,
+        metavar="FILE",
+        help="draw per-request lengths from a per-request trace (azure/requests columns) or a "
+        "ServeGen *_input_tokens_pdf file, for traces without token columns",
+    )
+    src.add_argument("--seed", type=int, default=0, help="seed of the token-mix draws")
+    src.add_argument("--prompt-tokens", type=non_negative_float, help="mean per request")
+    src.add_argument("--output-tokens", type=non_negative_float, help="mean per request")
+    src.add_argument(
+        "--scale-to-peak-replicas",
+        type=positive_int,
+        metavar="N",
+        help="rescale demand so that the trace's peak minute needs exactly N replicas",
+    )
+    src.add_argument("--max-minutes", type=positive_int, help="replay only the first minutes")
+
+    fleet = parser.add_argument_group("fleet")
+    fleet.add_argument("--cold-start-seconds", required=True, type=non_negative_float)
+    fleet.add_argument("--min-replicas", type=positive_int, default=1)
+    fleet.add_argument(
+        "--max-replicas",
+        type=positive_int,
+        help="default: twice the replicas the peak minute needs",
+    )
+    add_capacity_arguments(parser)
+
+    pol = parser.add_argument_group("policies")
+    pol.add_argument(
+        "--policies",
+        type=_policies,
+        default=["reactive", "predictive", "oracle"],
+        help=f"comma-separated, in timeline order: {', '.join(POLICIES)}",
+    )
+    pol.add_argument(
+        "--forecast-model",
+        default="auto",
+        help="prescaler_forecast model for the predictive policy (default: auto)",
+    )
+    pol.add_argument("--quantile", type=_quantile, default=0.9, help="forecast upper quantile")
+    pol.add_argument("--refit-minutes", type=positive_float, default=60.0)
+    pol.add_argument("--forecast-step-seconds", type=positive_float, default=None,
+                     help="forecaster resolution (default: 600 s for traces longer than "
+                     "two days, else 60 s)")
+    pol.add_argument("--decision-seconds", type=positive_float, default=60.0)
+    pol.add_argument("--lead-margin-seconds", type=non_negative_float, default=60.0)
+    pol.add_argument("--scale-down-stabilization-seconds", type=non_negative_float,
+                     default=600.0)
+    pol.add_argument("--scale-down-max-percent", type=positive_float, default=50.0)
+    pol.add_argument("--history-days", type=positive_float, default=None,
+                     help="history handed to the forecaster (default: all so far)")
+    pol.add_argument(
+        "--window",
+        action="append",
+        default=[],
+        metavar="SPEC",
+        help="scheduled window for predictive and schedule-only, e.g. "
+        "'name=peak,cron=0 9 * * *,duration=28800,replicas=10,lead=600,tz=UTC' or "
+        "'name=launch,start=2024-01-03T12:00,end=2024-01-03T14:00,rps=900'",
+    )
+
+    out = parser.add_argument_group("output")
+    out.add_argument("--json", type=Path, metavar="OUT.json", dest="json_out")
+    out.add_argument("--timeline", type=Path, metavar="OUT.csv")
+    out.add_argument("--plot", type=Path, metavar="OUT.png",
+                     help="writes OUT.png, OUT-zoom.png and OUT-bars.png")
+    out.add_argument("--quiet", action="store_true", help="no progress on stderr")
+    parser.set_defaults(func=run)
+
+
+def _parse_window(spec: str) -> Any:
+    from datetime import datetime
+
+    from prescaler.planning import ScheduledWindow
+
+    fields: dict[str, str] = {}
+    for part in spec.split(","):
+        if "=" not in part:
+            raise CliError(f"--window: expected key=value pairs, got {part!r}")
+        key, value = part.split("=", 1)
+        fields[key.strip()] = value.strip()
+    known = {"name", "cron", "duration", "start", "end", "replicas", "rps", "lead", "tz"}
+    unknown = set(fields) - known
+    if unknown:
+        raise CliError(f"--window: unknown key(s) {', '.join(sorted(unknown))}")
+    try:
+        return ScheduledWindow(
+            name=fields.get("name", "window"),
+            lead_seconds=float(fields.get("lead", 600)),
+            min_replicas=int(fields["replicas"]) if "replicas" in fields else None,
+            expected_requests_per_second=float(fields["rps"]) if "rps" in fields else None,
+            timezone=fields.get("tz", "UTC"),
+            start=datetime.fromisoformat(fields["start"]) if "start" in fields else None,
+            end=datetime.fromisoformat(fields["end"]) if "end" in fields else None,
+            cron=fields.get("cron"),
+            duration_seconds=float(fields["duration"]) if "duration" in fields else None,
+        )
+    except (ValueError, KeyError) as exc:
+        raise CliError(f"--window: {exc}") from None
+
+
+class _Progress:
+    def __init__(self, enabled: bool) -> None:
+        self.enabled = enabled
+        self.last = -1.0
+        self.t0 = time.perf_counter()
+
+    def __call__(self, name: str, done: float) -> None:
+        if not self.enabled:
+            return
+        now = time.perf_counter()
+        if done < 1.0 and now - self.last < 2.0:
+            return
+        self.last = now
+        end = "\n" if done >= 1.0 else "\r"
+        sys.stderr.write(f"  {name:<14} {done * 100:5.1f} %  {now - self.t0:7.1f} s{end}")
+        sys.stderr.flush()
+
+
+def run(args: argparse.Namespace) -> int:
+    from prescaler.backtest import (
+        FleetConfig,
+        OraclePolicy,
+        Policy,
+        PredictivePolicy,
+        ReactivePolicy,
+        ScheduleOnlyPolicy,
+        demand_from_trace,
+        oracle_replicas,
+        run_backtest,
+        write_plots,
+        write_timeline,
+    )
+    from prescaler.planning import ScalingPolicy
+    from prescaler.traces import TraceError, load_token_mix, load_trace, with_token_mix
+
+    started = time.perf_counter()
+    try:
+        trace = load_trace(args.trace, args.trace_format, time_scale=args.time_scale)
+        if args.token_mix is not None:
+            if trace.has_tokens:
+                raise CliError("--token-mix: this trace already has per-request token lengths")
+            trace = with_token_mix(trace, load_token_mix(args.token_mix), seed=args.seed)
+        elif not trace.has_tokens and (args.prompt_tokens is None or args.output_tokens is None):
+            raise CliError(
+                f"a {args.trace_format!r} trace has no token lengths: give --prompt-tokens and "
+                "--output-tokens, or --token-mix"
+            )
+        demand = demand_from_trace(
+            trace, prompt_tokens=args.prompt_tokens, output_tokens=args.output_tokens
+        )
+    except TraceError as exc:
+        raise CliError(f"--trace: {exc}") from None
+    if args.max_minutes is not None:
+        from dataclasses import replace
+
+        n = min(args.max_minutes, len(demand))
+        demand = replace(
+            demand,
+            tokens_per_s=demand.tokens_per_s[:n],
+            observed_requests_per_s=demand.observed_requests_per_s[:n],
+        )
+    context = math.ceil(demand.context_p95) if demand.context_p95 else None
+    capacity = capacity_from_args(
+        args,
+        prompt_tokens=demand.prompt_tokens,
+        output_tokens=demand.output_tokens,
+        context_tokens=context,
+    )
+    replica_tps = capacity.replica_tokens_per_second
+    peak = float(demand.tokens_per_s.max())
+    if not peak > 0:
+        raise CliError("--trace: the trace has no demand")
+    if args.scale_to_peak_replicas is not None:
+        demand = demand.scaled(args.scale_to_peak_replicas * replica_tps / peak)
+        peak = float(demand.tokens_per_s.max())
+    peak_need = max(1, math.ceil(peak / replica_tps - 1e-9))
+    max_replicas = args.max_replicas if args.max_replicas is not None else 2 * peak_need
+    if max_replicas < args.min_replicas:
+        raise CliError("--max-replicas must be >= --min-replicas")
+    try:
+        config = FleetConfig(
+            replica_tokens_per_second=replica_tps,
+            cold_start_seconds=args.cold_start_seconds,
+            min_replicas=args.min_replicas,
+            max_replicas=max_replicas,
+            gpus_per_replica=args.gpus_per_replica,
+        )
+    except ValueError as exc:
+        raise CliError(str(exc)) from None
+    windows = [_parse_window(w) for w in args.window]
+    if "schedule-only" in args.policies and not windows:
+        raise CliError("--policies: schedule-only needs at least one --window")
+
+    policies: list[Policy] = []
+    for name in args.policies:
+        if name == "reactive":
+            policies.append(
+                ReactivePolicy(replica_tps, config.min_replicas, config.max_replicas)
+            )
+        elif name == "oracle":
+            import numpy as np
+
+            per_step = np.repeat(demand.tokens_per_s, config.steps_per_minute)
+            policies.append(
+                OraclePolicy(
+                    oracle_replicas(per_step, replica_tps, config.lag_steps,
+                                    config.min_replicas, config.max_replicas),
+                    config.step_seconds,
+                )
+            )
+        elif name == "schedule-only":
+            policies.append(
+                ScheduleOnlyPolicy(windows, capacity, config.min_replicas, config.max_replicas)
+            )
+        else:
+            policies.append(_predictive(args, demand, capacity, config, windows, ScalingPolicy,
+                                        PredictivePolicy))
+
+    progress = _Progress(not args.quiet)
+    result = run_backtest(demand, policies, config, progress=progress)
+    elapsed = time.perf_counter() - started
+
+    body = result.to_json(
+        trace=str(args.trace),
+        fmt=args.trace_format,
+        extra={
+            "time_scale": args.time_scale,
+            "scale_to_peak_replicas": args.scale_to_peak_replicas,
+            "capacity_constraint": capacity.binding_constraint,
+            "wall_seconds": round(elapsed, 3),
+        },
+    )
+    if args.timeline is not None:
+        write_timeline(result, args.timeline)
+    if args.plot is not None:
+        write_plots(result, args.plot, title=args.trace.name)
+    if args.json_out is not None:
+        args.json_out.write_text(json.dumps(body, indent=2) + "\n")
+    else:
+        print_json(body)
+    return 0
+
+
+def _predictive(
+    args: argparse.Namespace,
+    demand: Any,
+    capacity: Any,
+    config: Any,
+    windows: list[Any],
+    scaling_policy: Any,
+    predictive_policy: Any,
+) -> Any:
+    from prescaler_forecast import ForecastService
+
+    step = args.forecast_step_seconds
+    if step is None:
+        step = 600.0 if len(demand) > 2 * 1440 else 60.0
+    horizon = max(args.cold_start_seconds + args.lead_margin_seconds + step, 2 * step)
+    horizon = math.ceil(horizon / step) * step
+    try:
+        service = ForecastService(
+            model=args.forecast_model,
+            refit_seconds=args.refit_minutes * 60.0,
+            horizon_seconds=horizon,
+            step_seconds=step,
+            quantile=args.quantile,
+        )
+        policy = scaling_policy(
+            min_replicas=config.min_replicas,
+            max_replicas=config.max_replicas,
+            lead_margin_seconds=args.lead_margin_seconds,
+            scale_down_stabilization_seconds=args.scale_down_stabilization_seconds,
+            scale_down_max_percent=args.scale_down_max_percent,
+        )
+    except ValueError as exc:
+        raise CliError(str(exc)) from None
+    return predictive_policy(
+        forecaster=service,
+        capacity=capacity,
+        policy=policy,
+        cold_start_seconds=args.cold_start_seconds,
+        windows=tuple(windows),
+        interval=args.decision_seconds,
+        history_seconds=None if args.history_days is None else args.history_days * 86400.0,
+    )
