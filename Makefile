@@ -9,12 +9,17 @@ STAMP := $(VENV)/.installed-$(shell sha1sum pyproject.toml | cut -c1-12)
 PACKAGES := operator/prescaler forecasting/prescaler_forecast
 
 .PHONY: help venv lint typecheck importlint quality unit test demo crds
+.PHONY: cluster-bin prometheus-bin cluster-up cluster-down cluster-status
 
 help:
 	@echo "make test   - quality gates (ruff, mypy --strict, import-linter) then the whole pytest suite"
 	@echo "make unit   - the fast unit tier only (seconds)"
 	@echo "make demo   - the main job"
 	@echo "make crds   - regenerate crds/ from the pydantic models"
+	@echo "make cluster-bin    - build the local cluster's binaries (cached; cold build is slow)"
+	@echo "make prometheus-bin - install Debian's prometheus/promtool if missing"
+	@echo "make cluster-up     - start a local cluster (kubeconfig: out/cluster/kubeconfig)"
+	@echo "make cluster-down   - stop it (by PID)"
 
 venv: $(STAMP)
 
@@ -39,7 +44,7 @@ quality: lint typecheck importlint
 unit: venv
 	$(BIN)/pytest -q tests/unit
 
-test: quality
+test: quality cluster-bin prometheus-bin
 	$(BIN)/pytest -q
 
 demo: venv
@@ -47,3 +52,21 @@ demo: venv
 
 crds: venv
 	$(BIN)/python -m prescaler.api.crd --write crds/
+
+# Local test cluster (tests/cluster, hack/cluster): real control plane + kwok fake GPU nodes.
+CLUSTER_PY := PYTHONPATH=tests $(BIN)/python -m cluster
+
+cluster-bin:
+	@bash hack/cluster/build.sh
+
+prometheus-bin:
+	@bash hack/cluster/install-prometheus.sh
+
+cluster-up: venv cluster-bin
+	@$(CLUSTER_PY) up
+
+cluster-down: venv
+	@$(CLUSTER_PY) down
+
+cluster-status: venv
+	@$(CLUSTER_PY) status
