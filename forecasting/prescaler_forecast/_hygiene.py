@@ -3,7 +3,9 @@
 Each problem is handled explicitly, in this order (:func:`clean_series`):
 
 1. **Irregular timestamps and duplicates.** Samples are averaged into bins
-   ``[k*step, (k+1)*step)`` anchored at the unix epoch, labelled by the bin start.
+   ``[k*step, (k+1)*step)`` anchored at the unix epoch, labelled by the bin start. A
+   sample stands for the interval it starts (one sample spacing long), so a coarser
+   series (10-minute windows on a 60 s grid) holds each value over its whole window.
 2. **Impossible values.** Negative or infinite values become missing (NaN). A negative
    *rate* is what a naive diff over a counter reset gives; use :func:`counter_to_rate` on
    raw counters instead.
@@ -129,7 +131,10 @@ def series_to_grid(
     if len(y) == 0:
         return (0.0 if before is None else _floor(before, step_seconds)), np.empty(0)
     bins = np.floor(seconds / step_seconds).astype(np.int64)
-    first, last = int(bins[0]), int(bins[-1])
+    coarse = spacing > 1.5 * step_seconds  # each sample covers several bins
+    first = int(bins[0])
+    last = math.floor((seconds[-1] + max(spacing, step_seconds)) / step_seconds - 1e-9) - 1
+    last = max(last, int(bins[-1]))
     if before is not None:
         last = min(last, math.floor(before / step_seconds) - 1)
     n = last - first + 1
@@ -143,6 +148,8 @@ def series_to_grid(
     counts = np.bincount(rel[finite], minlength=n)
     with np.errstate(invalid="ignore", divide="ignore"):
         grid = np.where(counts > 0, sums / np.maximum(counts, 1), np.nan)
+    if coarse:  # a coarse sample's value holds over its whole interval
+        grid = pd.Series(grid).ffill(limit=round(spacing / step_seconds) - 1).to_numpy()
     grid = mask_collection_gaps(grid, step_seconds, min_count=gap_zero_min_count)
     if max_fill_seconds is None:
         # Fill what an upsampled coarse series leaves between its samples, and short blips.
