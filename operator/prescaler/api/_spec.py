@@ -15,11 +15,11 @@ from pydantic import ConfigDict, Field, JsonValue
 
 from prescaler.api._base import WireModel, cel, validations
 from prescaler.capacity import DTYPE_BYTES, PRESETS
+from prescaler_forecast import AUTO, MODEL_NAMES
 
 TargetKind = Literal["Deployment", "StatefulSet", "HorizontalPodAutoscaler"]
 Mode = Literal["replicas", "hpaFloor"]
 Engine = Literal["vllm", "sglang", "tgi"]
-ForecastModelName = Literal["auto", "prophet", "seasonal-naive", "ets", "naive"]
 Dtype = Literal["fp32", "bf16", "fp16", "fp8", "int8", "int4"]
 Name = Annotated[str, Field(min_length=1, max_length=253)]
 PromQL = Annotated[str, Field(min_length=1, max_length=4096)]
@@ -28,6 +28,7 @@ assert set(Dtype.__args__) == set(DTYPE_BYTES)  # type: ignore[attr-defined]
 
 DAY = 86_400
 _PRESET_NAMES: list[JsonValue] = [*sorted(PRESETS)]
+_FORECAST_MODELS: list[JsonValue] = [AUTO, *MODEL_NAMES]
 
 
 class TargetRef(WireModel):
@@ -202,8 +203,8 @@ class ForecastSpec(WireModel):
     """History the forecast model is fit on."""
     step_seconds: int = Field(default=60, ge=10, le=3600)
     """Resolution of the history and of the forecast."""
-    model: ForecastModelName = "auto"
-    """Forecast model; ``auto`` picks the best by backtest score."""
+    model: str = Field(default=AUTO, json_schema_extra={"enum": _FORECAST_MODELS})
+    """Forecast model; ``auto`` picks the best by rolling-origin backtest score."""
     refit_seconds: int = Field(default=3600, ge=10, le=7 * DAY)
     """How often the model is refit; between fits the last forecast is reused."""
     horizon_seconds: int = Field(default=7200, ge=60, le=7 * DAY)

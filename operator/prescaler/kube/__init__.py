@@ -1,1 +1,69 @@
+"""Kubernetes adapter: scale targets, HPA floors, standby objects, pod starts, Events.
 
+Errors::
+
+    KubeError        an API call failed (``.status`` is the HTTP status)
+    └── NotFound     the object does not exist
+"""
+
+from prescaler.kube._client import (
+    KubeApi,
+    KubeClient,
+    label_selector,
+    load_api_client,
+    parse_time,
+    pod_start,
+    rfc3339,
+)
+from prescaler.kube._manifests import (
+    HASH_ANNOTATION,
+    POOL_LABEL,
+    ROLE_HOT,
+    ROLE_LABEL,
+    ROLE_PLACEHOLDER,
+    ROLE_PRE_PULL,
+    first_image,
+    hot_standby_deployment,
+    object_name,
+    placeholder_deployment,
+    placeholder_priority_class,
+    pre_pull_daemonset,
+)
+from prescaler.kube._types import (
+    Hpa,
+    KubeError,
+    NotFound,
+    ObjectRef,
+    PodStart,
+    StandbyObservation,
+    Workload,
+)
+
+__all__ = [
+    "HASH_ANNOTATION",
+    "POOL_LABEL",
+    "ROLE_HOT",
+    "ROLE_LABEL",
+    "ROLE_PLACEHOLDER",
+    "ROLE_PRE_PULL",
+    "Hpa",
+    "KubeApi",
+    "KubeClient",
+    "KubeError",
+    "NotFound",
+    "ObjectRef",
+    "PodStart",
+    "StandbyObservation",
+    "Workload",
+    "first_image",
+    "hot_standby_deployment",
+    "label_selector",
+    "load_api_client",
+    "object_name",
+    "parse_time",
+    "placeholder_deployment",
+    "placeholder_priority_class",
+    "pod_start",
+    "pre_pull_daemonset",
+    "rfc3339",
+]

@@ -1,0 +1,90 @@
+"""``prescaler run``: the operator (kopf), configured from typed settings.
+
+Settings come from ``PRESCALER_*`` environment variables (see ``prescaler.settings``);
+these flags override them.
+"""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import replace
+from typing import Any
+
+from prescaler.cli._common import CliError, positive_float
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "run",
+        help="run the operator: reconcile InferencePools in the cluster",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "-n",
+        "--namespace",
+        action="append",
+        dest="namespaces",
+        metavar="NS",
+        help="namespace to watch (repeatable; glob patterns allowed); default: all",
+    )
+    parser.add_argument(
+        "--peering", metavar="NAME", help="kopf peering name for HA (default: standalone)"
+    )
+    parser.add_argument("--priority", type=int, help="peering priority (highest serves)")
+    parser.add_argument("--metrics-port", type=int, help="port of /metrics (0 disables)")
+    parser.add_argument(
+        "--interval", type=positive_float, help="reconcile period per pool, seconds"
+    )
+    parser.add_argument("--forecast-workers", type=int, help="processes for forecast fits")
+    parser.add_argument(
+        "--liveness", metavar="URL", help="liveness endpoint, e.g. http://0.0.0.0:8081/healthz"
+    )
+    parser.add_argument("--verbose", action="store_true", help="kopf verbose logging")
+    parser.add_argument("--debug", action="store_true", help="kopf debug logging")
+    parser.set_defaults(func=run)
+
+
+def settings_from_args(args: argparse.Namespace) -> Any:
+    from prescaler.settings import from_env
+
+    try:
+        settings = from_env()
+        if args.namespaces:
+            settings = replace(
+                settings, watch=replace(settings.watch, namespaces=tuple(args.namespaces))
+            )
+        if args.peering is not None or args.priority is not None:
+            peering = settings.peering
+            settings = replace(
+                settings,
+                peering=replace(
+                    peering,
+                    name=args.peering if args.peering is not None else peering.name,
+                    priority=args.priority if args.priority is not None else peering.priority,
+                ),
+            )
+        if args.metrics_port is not None:
+            settings = replace(settings, metrics=replace(settings.metrics, port=args.metrics_port))
+        reconcile = settings.reconcile
+        if args.interval is not None:
+            reconcile = replace(reconcile, interval_seconds=args.interval)
+        if args.forecast_workers is not None:
+            reconcile = replace(reconcile, forecast_workers=args.forecast_workers)
+        settings = replace(settings, reconcile=reconcile)
+        if args.liveness is not None:
+            settings = replace(settings, liveness_endpoint=args.liveness)
+        return settings
+    except ValueError as exc:
+        raise CliError(str(exc)) from None
+
+
+def run(args: argparse.Namespace) -> int:
+    import kopf
+
+    from prescaler.reconcile_runtime import run_operator
+
+    settings = settings_from_args(args)
+    kopf.configure(verbose=args.verbose, debug=args.debug)
+    run_operator(settings)
+    return 0

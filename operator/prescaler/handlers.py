@@ -1,0 +1,57 @@
+"""kopf handlers: the only module with ``@kopf.on.*``. Each is a few lines; the work is in
+:mod:`prescaler.reconcile`."""
+
+from __future__ import annotations
+
+import random
+from typing import TYPE_CHECKING, Any
+
+import kopf
+
+from prescaler.api import GROUP, PLURAL, VERSION
+from prescaler.kube import KubeError
+from prescaler.reconcile import PoolObject
+
+if TYPE_CHECKING:
+    from prescaler.reconcile_runtime import Runtime
+
+
+def _pool(kwargs: dict[str, Any]) -> PoolObject:
+    body = kwargs["body"]
+    return PoolObject(
+        namespace=body["metadata"]["namespace"],
+        name=body["metadata"]["name"],
+        uid=body["metadata"]["uid"],
+        generation=body["metadata"].get("generation"),
+        spec=dict(body.get("spec") or {}),
+        status=dict(body.get("status") or {}),
+    )
+
+
+def register(registry: kopf.OperatorRegistry, runtime: Runtime) -> None:
+    """Register the handlers of one operator run on ``registry``."""
+    from prescaler.reconcile_runtime import configure_kopf
+
+    interval = runtime.settings.reconcile.interval_seconds
+
+    @kopf.on.startup(registry=registry)
+    def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
+        configure_kopf(settings)
+
+    @kopf.timer(
+        GROUP,
+        VERSION,
+        PLURAL,
+        registry=registry,
+        interval=interval,
+        initial_delay=lambda **_: random.uniform(0, min(interval, 5.0)),
+    )
+    async def reconcile(patch: kopf.Patch, **kwargs: Any) -> None:
+        try:
+            patch.status.update(await runtime.reconciler.reconcile(_pool(kwargs)))
+        except KubeError as exc:
+            raise kopf.TemporaryError(str(exc), delay=interval) from exc
+
+    @kopf.on.delete(GROUP, VERSION, PLURAL, registry=registry, optional=True)
+    def forget(**kwargs: Any) -> None:
+        runtime.reconciler.forget(_pool(kwargs))

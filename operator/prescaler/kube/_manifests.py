@@ -1,0 +1,174 @@
+"""Standby objects, built as plain dicts from the pool and its target (pure).
+
+Every object carries the labels ``prescaler.io/pool`` and ``prescaler.io/role``, an owner
+reference to the pool (so deleting the pool garbage-collects it) and the hash of its own
+content in ``prescaler.io/spec-hash`` (so an unchanged object is never rewritten).
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+from typing import Any
+
+from prescaler.kube._types import ObjectRef
+
+POOL_LABEL = "prescaler.io/pool"
+ROLE_LABEL = "prescaler.io/role"
+HASH_ANNOTATION = "prescaler.io/spec-hash"
+GPU_RESOURCE = "nvidia.com/gpu"
+GPU_NODE_SELECTOR = {"nvidia.com/gpu.present": "true"}
+GPU_TOLERATION = {"key": GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"}
+PLACEHOLDER_PRIORITY_VALUE = -10
+
+ROLE_PRE_PULL = "image-pre-pull"
+ROLE_PLACEHOLDER = "placeholder"
+ROLE_HOT = "hot-standby"
+
+
+def object_name(pool: str, role: str) -> str:
+    suffix = {ROLE_PRE_PULL: "prepull", ROLE_PLACEHOLDER: "placeholder", ROLE_HOT: "hot"}[role]
+    return f"{pool[: 63 - len(suffix) - 1]}-{suffix}"
+
+
+def _with_hash(obj: dict[str, Any]) -> dict[str, Any]:
+    digest = hashlib.sha256(json.dumps(obj, sort_keys=True).encode()).hexdigest()[:16]
+    obj["metadata"].setdefault("annotations", {})[HASH_ANNOTATION] = digest
+    return obj
+
+
+def _metadata(owner: ObjectRef, role: str) -> dict[str, Any]:
+    return {
+        "name": object_name(owner.name, role),
+        "namespace": owner.namespace,
+        "labels": {POOL_LABEL: owner.name, ROLE_LABEL: role},
+        "ownerReferences": [owner.owner_reference()],
+    }
+
+
+def _placement(template: dict[str, Any]) -> dict[str, Any]:
+    """Node selector, affinity and tolerations of the target, so standby lands where it runs."""
+    spec = template.get("spec", {})
+    placement: dict[str, Any] = {
+        "nodeSelector": dict(spec.get("nodeSelector") or GPU_NODE_SELECTOR),
+        "tolerations": [*spec.get("tolerations", [])],
+    }
+    if GPU_TOLERATION not in placement["tolerations"]:
+        placement["tolerations"].append(GPU_TOLERATION)
+    if spec.get("affinity"):
+        placement["affinity"] = copy.deepcopy(spec["affinity"])
+    return placement
+
+
+def first_image(template: dict[str, Any]) -> str | None:
+    containers = template.get("spec", {}).get("containers", [])
+    return containers[0].get("image") if containers else None
+
+
+def pre_pull_daemonset(
+    owner: ObjectRef, template: dict[str, Any], image: str, command: list[str]
+) -> dict[str, Any]:
+    """A DaemonSet whose pods pull ``image`` on the target's nodes, then idle."""
+    labels = {POOL_LABEL: owner.name, ROLE_LABEL: ROLE_PRE_PULL}
+    return _with_hash(
+        {
+            "apiVersion": "apps/v1",
+            "kind": "DaemonSet",
+            "metadata": _metadata(owner, ROLE_PRE_PULL),
+            "spec": {
+                "selector": {"matchLabels": labels},
+                "template": {
+                    "metadata": {"labels": labels},
+                    "spec": {
+                        **_placement(template),
+                        "terminationGracePeriodSeconds": 0,
+                        "automountServiceAccountToken": False,
+                        "containers": [
+                            {
+                                "name": "pre-pull",
+                                "image": image,
+                                "command": command,
+                                "resources": {
+                                    "requests": {"cpu": "1m", "memory": "8Mi"},
+                                    "limits": {"cpu": "10m", "memory": "32Mi"},
+                                },
+                            }
+                        ],
+                    },
+                },
+            },
+        }
+    )
+
+
+def placeholder_deployment(
+    owner: ObjectRef,
+    template: dict[str, Any],
+    *,
+    replicas: int,
+    gpus: int,
+    image: str,
+    priority_class: str,
+) -> dict[str, Any]:
+    """Low-priority pods each holding one replica's GPUs, preempted by real replicas."""
+    labels = {POOL_LABEL: owner.name, ROLE_LABEL: ROLE_PLACEHOLDER}
+    return _with_hash(
+        {
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": _metadata(owner, ROLE_PLACEHOLDER),
+            "spec": {
+                "replicas": replicas,
+                "selector": {"matchLabels": labels},
+                "template": {
+                    "metadata": {"labels": labels},
+                    "spec": {
+                        **_placement(template),
+                        "priorityClassName": priority_class,
+                        "terminationGracePeriodSeconds": 0,
+                        "automountServiceAccountToken": False,
+                        "containers": [
+                            {
+                                "name": "placeholder",
+                                "image": image,
+                                "resources": {
+                                    "requests": {GPU_RESOURCE: str(gpus)},
+                                    "limits": {GPU_RESOURCE: str(gpus)},
+                                },
+                            }
+                        ],
+                    },
+                },
+            },
+        }
+    )
+
+
+def hot_standby_deployment(
+    owner: ObjectRef, template: dict[str, Any], *, replicas: int
+) -> dict[str, Any]:
+    """The target's pod template with its labels replaced, so no Service selects it."""
+    labels = {POOL_LABEL: owner.name, ROLE_LABEL: ROLE_HOT}
+    pod = copy.deepcopy(template)
+    pod.setdefault("metadata", {})["labels"] = labels
+    return _with_hash(
+        {
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": _metadata(owner, ROLE_HOT),
+            "spec": {"replicas": replicas, "selector": {"matchLabels": labels}, "template": pod},
+        }
+    )
+
+
+def placeholder_priority_class(name: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "scheduling.k8s.io/v1",
+        "kind": "PriorityClass",
+        "metadata": {"name": name, "labels": {"app.kubernetes.io/managed-by": "prescaler"}},
+        "value": PLACEHOLDER_PRIORITY_VALUE,
+        "preemptionPolicy": "Never",
+        "globalDefault": False,
+        "description": "prescaler placeholder pods: hold GPU nodes, preempted by any real pod",
+    }

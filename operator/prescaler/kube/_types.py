@@ -1,0 +1,82 @@
+"""Value types the Kubernetes adapter hands to the reconcile pipeline."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+class KubeError(Exception):
+    """A Kubernetes API call failed."""
+
+    def __init__(self, message: str, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class NotFound(KubeError):
+    """The object does not exist."""
+
+
+@dataclass(frozen=True, slots=True)
+class ObjectRef:
+    """Enough of an object to own others and to be the subject of Events."""
+
+    api_version: str
+    kind: str
+    name: str
+    namespace: str
+    uid: str
+
+    def owner_reference(self) -> dict[str, Any]:
+        return {
+            "apiVersion": self.api_version,
+            "kind": self.kind,
+            "name": self.name,
+            "uid": self.uid,
+            "controller": True,
+            "blockOwnerDeletion": True,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Workload:
+    """A Deployment or StatefulSet as far as scaling and cold starts care."""
+
+    kind: str
+    name: str
+    replicas: int
+    ready_replicas: int
+    selector: str
+    """Label selector of its pods, in ``a=b,c in (d)`` form."""
+    template: dict[str, Any] = field(default_factory=dict)
+    """The pod template (metadata and spec)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Hpa:
+    """A HorizontalPodAutoscaler's bounds and its scale target."""
+
+    name: str
+    min_replicas: int
+    max_replicas: int
+    current_replicas: int
+    target_kind: str
+    target_name: str
+
+
+@dataclass(frozen=True, slots=True)
+class PodStart:
+    """One pod's start: creation and, once Ready, the time it became Ready (unix s)."""
+
+    name: str
+    created: float
+    ready_at: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class StandbyObservation:
+    """What a standby object has: pods wanted and pods ready (``None``: it doesn't exist)."""
+
+    desired: int
+    ready: int

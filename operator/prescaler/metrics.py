@@ -1,0 +1,108 @@
+"""The operator's own Prometheus metrics (prometheus_client), on their own registry."""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass, field
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+
+_POOL = ("namespace", "pool")
+_SECONDS = (0.01, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 120)
+
+
+@dataclass
+class Metrics:
+    """Per-pool gauges plus loop timings. Create one per operator run."""
+
+    registry: CollectorRegistry = field(default_factory=CollectorRegistry)
+
+    def __post_init__(self) -> None:
+        r = self.registry
+        self.predicted_demand = Gauge(
+            "prescaler_predicted_demand_requests_per_second",
+            "Forecast upper-quantile peak demand within the lookahead",
+            _POOL,
+            registry=r,
+        )
+        self.observed_demand = Gauge(
+            "prescaler_observed_demand_requests_per_second", "Measured demand", _POOL, registry=r
+        )
+        self.planned_replicas = Gauge(
+            "prescaler_planned_replicas",
+            "Replicas the lookahead asks for, before scale-down pacing",
+            _POOL,
+            registry=r,
+        )
+        self.desired_replicas = Gauge(
+            "prescaler_desired_replicas", "Replicas the plan sets", _POOL, registry=r
+        )
+        self.ready_replicas = Gauge(
+            "prescaler_ready_replicas", "Ready replicas of the target", _POOL, registry=r
+        )
+        self.standby_replicas = Gauge(
+            "prescaler_standby_replicas", "Placeholder pods the plan asks for", _POOL, registry=r
+        )
+        self.cold_start_seconds = Gauge(
+            "prescaler_cold_start_seconds",
+            "Cold start in use (measured p90 or fixed)",
+            _POOL,
+            registry=r,
+        )
+        self.shortfall = Gauge(
+            "prescaler_shortfall_requests_per_second",
+            "Demand above what ready replicas can serve (0 when covered)",
+            _POOL,
+            registry=r,
+        )
+        self.forecast_error = Gauge(
+            "prescaler_forecast_error_ratio",
+            "|observed - forecast mean| / observed for the step just measured",
+            _POOL,
+            registry=r,
+        )
+        self.fit_duration = Histogram(
+            "prescaler_forecast_fit_duration_seconds",
+            "Duration of forecast refreshes that refit or reselected a model",
+            ("model",),
+            buckets=_SECONDS,
+            registry=r,
+        )
+        self.fits = Counter(
+            "prescaler_forecast_fits_total", "Model fits and selections run", ("model",), registry=r
+        )
+        self.reconcile_duration = Histogram(
+            "prescaler_reconcile_duration_seconds",
+            "Duration of one pool's reconcile",
+            buckets=_SECONDS,
+            registry=r,
+        )
+        self.reconcile_errors = Counter(
+            "prescaler_reconcile_errors_total", "Reconciles that failed", ("reason",), registry=r
+        )
+        self.scale_events = Counter(
+            "prescaler_scale_events_total",
+            "Replica changes applied",
+            (*_POOL, "direction"),
+            registry=r,
+        )
+
+    def forget(self, namespace: str, pool: str) -> None:
+        """Drop a deleted pool's series."""
+        for gauge in (
+            self.predicted_demand,
+            self.observed_demand,
+            self.planned_replicas,
+            self.desired_replicas,
+            self.ready_replicas,
+            self.standby_replicas,
+            self.cold_start_seconds,
+            self.shortfall,
+            self.forecast_error,
+        ):
+            with contextlib.suppress(KeyError):
+                gauge.remove(namespace, pool)
+
+    def serve(self, port: int, host: str = "0.0.0.0") -> None:
+        """Start ``/metrics`` in a background thread."""
+        start_http_server(port, addr=host, registry=self.registry)

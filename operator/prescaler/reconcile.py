@@ -1,0 +1,599 @@
+"""One pool's reconcile: gather (I/O) -> plan (pure) -> apply (I/O) -> status (pure).
+
+:class:`Reconciler` is the only place that strings the adapters together; kopf handlers
+call :meth:`Reconciler.reconcile` and write the status patch it returns. Failures are
+typed: a spec that cannot work (:class:`SpecError`, unknown target, malformed PromQL)
+becomes condition ``Invalid`` plus a Warning Event and the pool is left alone; missing
+metrics or forecasts make the plan hold (grow on what is known, never shrink).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import math
+import time
+from collections.abc import Callable, Mapping
+from concurrent.futures import Executor
+from dataclasses import dataclass, field
+from typing import Any
+
+from prescaler.api import (
+    API_VERSION,
+    KIND,
+    ColdStartStatus,
+    DemandStatus,
+    ForecastStatus,
+    InferencePoolSpec,
+    InferencePoolStatus,
+    PlanStatus,
+    SpecError,
+    StandbyPartStatus,
+    StandbyStatus,
+    capacity_model,
+    check_spec,
+    parse_spec,
+    scaling_policy,
+    scheduled_windows,
+)
+from prescaler.capacity import CapacityModel
+from prescaler.kube import (
+    ROLE_HOT,
+    ROLE_PLACEHOLDER,
+    ROLE_PRE_PULL,
+    KubeApi,
+    KubeError,
+    NotFound,
+    ObjectRef,
+    PodStart,
+    StandbyObservation,
+    Workload,
+    first_image,
+    hot_standby_deployment,
+    object_name,
+    placeholder_deployment,
+    placeholder_priority_class,
+    pre_pull_daemonset,
+)
+from prescaler.metrics import Metrics
+from prescaler.planning import FleetState, PlanInputs, ScalePlan, ScheduledWindow, plan
+from prescaler.reconcile_forecast import ForecastHub, ForecastResult
+from prescaler.reconcile_status import (
+    ConditionUpdate,
+    forecast_view,
+    learn_cold_start,
+    merge_conditions,
+    next_window,
+    parse_rfc3339,
+    parse_status,
+    rfc3339,
+    status_patch,
+)
+from prescaler.sources import (
+    MetricsUnavailable,
+    PrometheusSource,
+    PromQLError,
+    Snapshot,
+    render_queries,
+)
+
+DEFAULT_PRIORITY_CLASS = "prescaler-placeholder"
+
+
+@dataclass(frozen=True, slots=True)
+class PoolObject:
+    """The parts of an InferencePool object the reconcile reads."""
+
+    namespace: str
+    name: str
+    uid: str
+    generation: int | None
+    spec: Mapping[str, Any]
+    status: Mapping[str, Any]
+
+    @property
+    def ref(self) -> ObjectRef:
+        return ObjectRef(API_VERSION, KIND, self.name, self.namespace, self.uid)
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return (self.namespace, self.name)
+
+
+@dataclass(frozen=True, slots=True)
+class Gathered:
+    """Everything the planner and the status need, read from the cluster and Prometheus."""
+
+    workload: Workload
+    current_replicas: int
+    cold_start: ColdStartStatus
+    snapshot: Snapshot | None
+    metrics_problem: str | None
+    forecast: ForecastResult | None
+
+
+class InvalidPool(Exception):
+    """The pool cannot be served as specified; the message says why."""
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+@dataclass
+class Reconciler:
+    """Reconciles pools; holds per-pool caches (Prometheus sources, forecasts)."""
+
+    kube: KubeApi
+    metrics: Metrics
+    forecasts: ForecastHub
+    io_executor: Executor | None = None
+    prometheus_timeout_seconds: float = 10.0
+    rate_window: str = "2m"
+    clock: Callable[[], float] = time.time
+    _sources: dict[str, tuple[str, PrometheusSource]] = field(default_factory=dict)
+
+    def forget(self, pool: PoolObject) -> None:
+        """Drop caches and metric series of a deleted pool."""
+        cached = self._sources.pop(pool.uid, None)
+        if cached is not None:
+            cached[1].close()
+        self.forecasts.forget(pool.uid)
+        self.metrics.forget(pool.namespace, pool.name)
+
+    async def reconcile(self, pool: PoolObject) -> dict[str, Any]:
+        """Reconcile once; returns the status merge patch to write."""
+        now = self.clock()
+        previous = parse_status(dict(pool.status))
+        started = time.perf_counter()
+        try:
+            try:
+                spec = parse_spec(pool.spec)
+                check_spec(spec)
+                windows = scheduled_windows(spec)
+                gathered = await self._gather(pool, spec, windows, previous, now)
+            except SpecError as exc:
+                raise InvalidPool("InvalidSpec", str(exc)) from None
+            capacity = self._capacity(spec, gathered.snapshot)
+            decision = decide(spec, capacity, gathered, windows, previous, now)
+            standby = await self._apply(pool, spec, decision, gathered, previous)
+            status = compose_status(
+                spec, pool.generation, previous, decision, gathered, capacity, windows, standby, now
+            )
+            self._observe(pool, spec, decision, gathered, capacity, previous)
+            return status_patch(dict(pool.status), status)
+        except InvalidPool as exc:
+            self.metrics.reconcile_errors.labels(exc.reason).inc()
+            return await self._invalid(pool, previous, exc, now)
+        finally:
+            self.metrics.reconcile_duration.observe(time.perf_counter() - started)
+
+    # ------------------------------------------------------------------ gather
+    async def _gather(
+        self,
+        pool: PoolObject,
+        spec: InferencePoolSpec,
+        windows: tuple[ScheduledWindow, ...],
+        previous: InferencePoolStatus,
+        now: float,
+    ) -> Gathered:
+        ns = pool.namespace
+        target = spec.target
+        try:
+            if target.kind == "HorizontalPodAutoscaler":
+                hpa = await self.kube.get_hpa(ns, target.name)
+                if hpa.target_kind not in ("Deployment", "StatefulSet"):
+                    raise InvalidPool(
+                        "UnsupportedTarget",
+                        f"HPA {target.name} scales a {hpa.target_kind or 'nothing'}; "
+                        "only Deployments and StatefulSets are supported",
+                    )
+                workload = await self.kube.get_workload(ns, hpa.target_kind, hpa.target_name)
+                current = hpa.min_replicas
+            else:
+                workload = await self.kube.get_workload(ns, target.kind, target.name)
+                current = workload.replicas
+        except NotFound as exc:
+            raise InvalidPool("TargetNotFound", f"target not found: {exc}") from None
+
+        pods: list[PodStart] = []
+        if spec.cold_start.mode == "auto" and workload.selector:
+            pods = await self.kube.list_pod_starts(ns, workload.selector)
+        cold_start = learn_cold_start(previous.cold_start, spec.cold_start, pods, now)
+
+        snapshot: Snapshot | None = None
+        problem: str | None = None
+        forecast: ForecastResult | None = None
+        if spec.forecast is not None:
+            source = await self._source(pool, spec)
+            loop = asyncio.get_running_loop()
+            try:
+                snapshot = await loop.run_in_executor(self.io_executor, source.snapshot, now)
+                if not snapshot.available:
+                    problem = "; ".join(snapshot.problems) or "no demand data"
+            except PromQLError as exc:
+                raise InvalidPool("InvalidPromQL", str(exc)) from None
+            except MetricsUnavailable as exc:
+                problem = str(exc)
+            forecast = await self.forecasts.get(pool.uid, spec.forecast, windows, source, now)
+        return Gathered(workload, current, cold_start, snapshot, problem, forecast)
+
+    async def _source(self, pool: PoolObject, spec: InferencePoolSpec) -> PrometheusSource:
+        assert spec.forecast is not None
+        fc = spec.forecast
+        headers: dict[str, str] = {}
+        basic: tuple[str, str] | None = None
+        if fc.prometheus.auth_secret_ref is not None:
+            name = fc.prometheus.auth_secret_ref.name
+            try:
+                secret = await self.kube.read_secret(pool.namespace, name)
+            except NotFound:
+                raise InvalidPool("SecretNotFound", f"Secret {name} not found") from None
+            if "token" in secret:
+                headers["Authorization"] = f"Bearer {secret['token'].strip()}"
+            elif "username" in secret and "password" in secret:
+                basic = (secret["username"], secret["password"])
+            else:
+                raise InvalidPool(
+                    "InvalidSecret", f"Secret {name} needs key token, or username and password"
+                )
+        overrides = fc.queries.model_dump(exclude_none=True) if fc.queries is not None else {}
+        try:
+            queries = render_queries(
+                fc.engine,
+                selector=fc.selector,
+                quantile=spec.model.context_quantile,
+                window=self.rate_window,
+                overrides=overrides,
+            )
+        except ValueError as exc:
+            raise InvalidPool("InvalidSpec", f"spec.forecast: {exc}") from None
+        key = repr((fc.prometheus, queries, sorted(headers.items()), basic))
+        cached = self._sources.get(pool.uid)
+        if cached is not None and cached[0] == key:
+            return cached[1]
+        if cached is not None:
+            cached[1].close()
+        source = PrometheusSource(
+            fc.prometheus.url,
+            queries,
+            headers=headers,
+            basic_auth=basic,
+            verify_tls=not fc.prometheus.insecure_skip_verify,
+            timeout_seconds=self.prometheus_timeout_seconds,
+        )
+        self._sources[pool.uid] = (key, source)
+        return source
+
+    @staticmethod
+    def _capacity(spec: InferencePoolSpec, snapshot: Snapshot | None) -> CapacityModel:
+        prompt = output = context = None
+        if snapshot is not None:
+            prompt, output = snapshot.mean_tokens()
+            context = snapshot.context_tokens
+        try:
+            return capacity_model(
+                spec, prompt_tokens=prompt, output_tokens=output, context_tokens=context
+            )
+        except SpecError:
+            # The measured mix is unusable (e.g. a context beyond the model): plan on the spec's.
+            return capacity_model(spec)
+
+    # ------------------------------------------------------------------ apply
+    async def _apply(
+        self,
+        pool: PoolObject,
+        spec: InferencePoolSpec,
+        decision: ScalePlan,
+        gathered: Gathered,
+        previous: InferencePoolStatus,
+    ) -> StandbyStatus | None:
+        """Carry out the plan: replicas or HPA floor, standby objects, Events. Dumb on purpose."""
+        if spec.dry_run:
+            return None
+        ns, target = pool.namespace, spec.target
+        try:
+            if decision.changed:
+                if spec.mode == "hpaFloor":
+                    await self.kube.patch_hpa_min(ns, target.name, decision.desired_replicas)
+                else:
+                    await self.kube.patch_scale(
+                        ns, target.kind, target.name, decision.desired_replicas
+                    )
+                direction = (
+                    "up" if decision.desired_replicas > decision.current_replicas else "down"
+                )
+                self.metrics.scale_events.labels(ns, pool.name, direction).inc()
+                what = "minReplicas of HPA" if spec.mode == "hpaFloor" else "replicas of"
+                await self.kube.post_event(
+                    pool.ref,
+                    "Normal",
+                    "ScaledUp" if direction == "up" else "ScaledDown",
+                    f"{what} {target.kind} {target.name}: {decision.current_replicas} -> "
+                    f"{decision.desired_replicas} ({decision.constraint}): {decision.reason}",
+                )
+            return await self._standby(pool, spec, decision, gathered.workload, previous.standby)
+        except NotFound as exc:
+            raise InvalidPool("TargetNotFound", str(exc)) from None
+
+    async def _standby(
+        self,
+        pool: PoolObject,
+        spec: InferencePoolSpec,
+        decision: ScalePlan,
+        workload: Workload,
+        previous: StandbyStatus | None,
+    ) -> StandbyStatus | None:
+        ns, owner, standby = pool.namespace, pool.ref, spec.standby
+        template = workload.template
+
+        async def part(
+            enabled: bool,
+            role: str,
+            kind: str,
+            existed: object,
+            build: Callable[[], dict[str, Any]],
+        ) -> StandbyPartStatus | None:
+            if enabled:
+                seen: StandbyObservation = await self.kube.ensure(build())
+                return StandbyPartStatus(desired=seen.desired, ready=seen.ready)
+            if existed is not None:
+                await self.kube.delete(ns, kind, object_name(pool.name, role))
+            return None
+
+        prev = previous or StandbyStatus()
+        pre_pull = standby.image_pre_pull
+        image = pre_pull.image or first_image(template)
+        pre = await part(
+            pre_pull.enabled and image is not None,
+            ROLE_PRE_PULL,
+            "DaemonSet",
+            prev.image_pre_pull,
+            lambda: pre_pull_daemonset(owner, template, image or "", list(pre_pull.command)),
+        )
+        placeholders = standby.placeholders
+        if placeholders.enabled and placeholders.priority_class_name == DEFAULT_PRIORITY_CLASS:
+            await self.kube.ensure_priority_class(
+                placeholder_priority_class(DEFAULT_PRIORITY_CLASS)
+            )
+        holders = await part(
+            placeholders.enabled,
+            ROLE_PLACEHOLDER,
+            "Deployment",
+            prev.placeholders,
+            lambda: placeholder_deployment(
+                owner,
+                template,
+                replicas=decision.standby_replicas,
+                gpus=spec.model.gpus_per_replica,
+                image=placeholders.image,
+                priority_class=placeholders.priority_class_name,
+            ),
+        )
+        hot = await part(
+            standby.hot.replicas > 0,
+            ROLE_HOT,
+            "Deployment",
+            prev.hot,
+            lambda: hot_standby_deployment(owner, template, replicas=standby.hot.replicas),
+        )
+        if pre is None and holders is None and hot is None:
+            return None
+        return StandbyStatus(image_pre_pull=pre, placeholders=holders, hot=hot)
+
+    # ------------------------------------------------------------------ invalid
+    async def _invalid(
+        self, pool: PoolObject, previous: InferencePoolStatus, exc: InvalidPool, now: float
+    ) -> dict[str, Any]:
+        message = str(exc)
+        old = next((c for c in previous.conditions if c.type == "Invalid"), None)
+        if old is None or old.status != "True" or old.message != message[:1024]:
+            with contextlib.suppress(KubeError):  # the condition still says it
+                await self.kube.post_event(pool.ref, "Warning", exc.reason, message)
+        conditions = merge_conditions(
+            previous.conditions,
+            [
+                ConditionUpdate("Invalid", "True", exc.reason, message),
+                ConditionUpdate("Ready", "False", exc.reason, "the pool is invalid and not served"),
+            ],
+            now,
+            pool.generation,
+        )
+        status = previous.model_copy(
+            update={"conditions": conditions, "observed_generation": pool.generation}
+        )
+        return status_patch(dict(pool.status), status)
+
+    # ------------------------------------------------------------------ metrics
+    def _observe(
+        self,
+        pool: PoolObject,
+        spec: InferencePoolSpec,
+        decision: ScalePlan,
+        gathered: Gathered,
+        capacity: CapacityModel,
+        previous: InferencePoolStatus,
+    ) -> None:
+        m, labels = self.metrics, (pool.namespace, pool.name)
+        m.desired_replicas.labels(*labels).set(decision.desired_replicas)
+        m.planned_replicas.labels(*labels).set(decision.target_replicas)
+        m.ready_replicas.labels(*labels).set(gathered.workload.ready_replicas)
+        m.standby_replicas.labels(*labels).set(decision.standby_replicas)
+        m.cold_start_seconds.labels(*labels).set(gathered.cold_start.seconds)
+        if decision.forecast_peak_requests_per_second is not None:
+            m.predicted_demand.labels(*labels).set(decision.forecast_peak_requests_per_second)
+        observed = gathered.snapshot.requests_per_second if gathered.snapshot else None
+        if observed is not None:
+            m.observed_demand.labels(*labels).set(observed)
+            m.shortfall.labels(*labels).set(shortfall(observed, gathered.workload, capacity))
+            error = forecast_error(previous.forecast, observed, decision.now)
+            if error is not None:
+                m.forecast_error.labels(*labels).set(error)
+
+
+# ---------------------------------------------------------------------- pure steps
+def decide(
+    spec: InferencePoolSpec,
+    capacity: CapacityModel,
+    gathered: Gathered,
+    windows: tuple[ScheduledWindow, ...],
+    previous: InferencePoolStatus,
+    now: float,
+) -> ScalePlan:
+    """The planner's inputs from what was gathered, and its decision (pure)."""
+    observed = gathered.snapshot.requests_per_second if gathered.snapshot else None
+    fleet = FleetState(
+        current_replicas=gathered.current_replicas,
+        ready_replicas=gathered.workload.ready_replicas,
+        last_scale_up_at=parse_rfc3339(previous.last_scale_up_time),
+        last_scale_down_at=parse_rfc3339(previous.last_scale_down_time),
+        observed_requests_per_second=observed,
+    )
+    forecast = gathered.forecast.forecast if gathered.forecast is not None else None
+    return plan(
+        PlanInputs(
+            now=now,
+            capacity=capacity,
+            fleet=fleet,
+            policy=scaling_policy(spec),
+            cold_start_seconds=gathered.cold_start.seconds,
+            forecast=forecast,
+            windows=windows,
+        )
+    )
+
+
+def shortfall(observed: float, workload: Workload, capacity: CapacityModel) -> float:
+    """Demand above what the ready replicas serve, requests/s (0 when covered)."""
+    served = workload.ready_replicas * capacity.replica_requests_per_second / capacity.headroom
+    return max(0.0, observed - served)
+
+
+def forecast_error(previous: ForecastStatus | None, observed: float, now: float) -> float | None:
+    """Relative error of the previous forecast's mean for the step that contains ``now``."""
+    if previous is None or not previous.points:
+        return None
+    for point in previous.points:
+        t = parse_rfc3339(point.t)
+        if t is not None and t >= now:
+            return abs(observed - point.mean) / max(observed, 1e-9)
+    return None
+
+
+def compose_status(
+    spec: InferencePoolSpec,
+    generation: int | None,
+    previous: InferencePoolStatus,
+    decision: ScalePlan,
+    gathered: Gathered,
+    capacity: CapacityModel,
+    windows: tuple[ScheduledWindow, ...],
+    standby: StandbyStatus | None,
+    now: float,
+) -> InferencePoolStatus:
+    """The new status from the plan and what was gathered (pure)."""
+    applied = decision.changed and not spec.dry_run
+    up = applied and decision.desired_replicas > decision.current_replicas
+    down = applied and decision.desired_replicas < decision.current_replicas
+    stamp = rfc3339(now)
+    ready = gathered.workload.ready_replicas
+    updates = [ConditionUpdate("Invalid", "False", "Valid", "")]
+    if spec.forecast is None:
+        updates.append(
+            ConditionUpdate("MetricsAvailable", "Unknown", "NotConfigured", "no spec.forecast")
+        )
+        updates.append(
+            ConditionUpdate("ForecastHealthy", "Unknown", "NotConfigured", "no spec.forecast")
+        )
+    else:
+        if gathered.metrics_problem is None:
+            updates.append(ConditionUpdate("MetricsAvailable", "True", "Available", ""))
+        else:
+            updates.append(
+                ConditionUpdate(
+                    "MetricsAvailable", "False", "Unavailable", gathered.metrics_problem
+                )
+            )
+        result = gathered.forecast
+        if result is not None:
+            updates.append(
+                ConditionUpdate(
+                    "ForecastHealthy",
+                    "True" if result.healthy else "False",
+                    result.reason,
+                    result.message,
+                )
+            )
+    if decision.active_windows:
+        names = ", ".join(decision.active_windows)
+        updates.append(ConditionUpdate("ScheduleActive", "True", "WindowActive", names))
+    else:
+        updates.append(ConditionUpdate("ScheduleActive", "False", "NoWindow", ""))
+    if spec.dry_run:
+        updates.append(
+            ConditionUpdate("DryRun", "True", "DryRun", f"would set {decision.desired_replicas}")
+        )
+    else:
+        updates.append(ConditionUpdate("DryRun", "False", "Applying", ""))
+    if ready >= decision.desired_replicas:
+        updates.append(ConditionUpdate("Ready", "True", "CapacityReady", f"{ready} ready"))
+    else:
+        updates.append(
+            ConditionUpdate(
+                "Ready", "False", "Scaling", f"{ready} of {decision.desired_replicas} ready"
+            )
+        )
+
+    forecast_status = previous.forecast if spec.forecast is not None else None
+    result = gathered.forecast
+    if result is not None and result.forecast is not None and spec.forecast is not None:
+        fc = result.forecast
+        forecast_status = forecast_view(fc, model=fc.model, score=fc.score, quantile=fc.quantile)
+    snapshot = gathered.snapshot
+    demand = None
+    if snapshot is not None:
+        rps = snapshot.requests_per_second
+        demand = DemandStatus(
+            requests_per_second=_round(rps),
+            tokens_per_second=_round(snapshot.tokens_per_second),
+            waiting=_round(snapshot.waiting),
+            shortfall_requests_per_second=(
+                _round(shortfall(rps, gathered.workload, capacity)) if rps is not None else None
+            ),
+        )
+    if spec.dry_run:
+        standby = StandbyStatus(
+            placeholders=StandbyPartStatus(desired=decision.standby_replicas, ready=0)
+            if spec.standby.placeholders.enabled
+            else None
+        )
+    return InferencePoolStatus(
+        observed_generation=generation,
+        conditions=merge_conditions(previous.conditions, updates, now, generation),
+        desired_replicas=decision.desired_replicas,
+        current_replicas=decision.current_replicas,
+        ready_replicas=ready,
+        plan=PlanStatus(
+            action=decision.action,
+            reason=decision.reason[:1024],
+            constraint=decision.constraint,
+            target_replicas=decision.target_replicas,
+            lookahead_seconds=round(decision.lookahead_seconds, 1),
+            standby_replicas=decision.standby_replicas,
+            active_windows=list(decision.active_windows),
+        ),
+        forecast=forecast_status,
+        demand=demand,
+        cold_start=gathered.cold_start,
+        next_window=next_window(windows, now),
+        standby=standby,
+        last_scale_time=stamp if applied else previous.last_scale_time,
+        last_scale_up_time=stamp if up else previous.last_scale_up_time,
+        last_scale_down_time=stamp if down else previous.last_scale_down_time,
+    )
+
+
+def _round(value: float | None) -> float | None:
+    if value is None or not math.isfinite(value):
+        return None
+    return round(value, 4)

@@ -1,0 +1,182 @@
+"""Pure pieces of the reconcile: cold-start learning, the compact forecast view, conditions
+and the status built from a plan. No I/O here; everything is a function of its arguments."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, Literal
+
+from prescaler.api import (
+    MAX_FORECAST_POINTS,
+    ColdStartSpec,
+    ColdStartStatus,
+    Condition,
+    ConditionType,
+    ForecastPoint,
+    ForecastStatus,
+    InferencePoolStatus,
+    WindowStatus,
+)
+from prescaler.kube import PodStart
+from prescaler.planning import ForecastLike, ScheduledWindow
+
+STUCK_POD_SECONDS = 3600.0
+"""A pod not Ready this long after creation is not waited for (it is not a cold start)."""
+
+
+def rfc3339(ts: float) -> str:
+    return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def parse_rfc3339(text: str | None) -> float | None:
+    if not text:
+        return None
+    try:
+        return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
+
+
+def p90(samples: Sequence[float]) -> float:
+    """Nearest-rank 90th percentile."""
+    if not samples:
+        raise ValueError("no samples")
+    ordered = sorted(samples)
+    return ordered[max(0, math.ceil(0.9 * len(ordered)) - 1)]
+
+
+def learn_cold_start(
+    previous: ColdStartStatus | None, spec: ColdStartSpec, pods: Sequence[PodStart], now: float
+) -> ColdStartStatus:
+    """Add the starts of pods created since the last one counted; rolling p90 of the rest.
+
+    Pods are taken in creation order and counting stops at the first one that is not
+    Ready yet, so a slow pod is never skipped because a faster, newer one finished first.
+    """
+    if spec.mode == "fixed":
+        return ColdStartStatus(seconds=float(spec.seconds), source="fixed")
+    samples = list(previous.samples) if previous is not None else []
+    watermark = parse_rfc3339(previous.observed_until) if previous is not None else None
+    fresh = sorted(
+        (p for p in pods if watermark is None or p.created > watermark), key=lambda p: p.created
+    )
+    for pod in fresh:
+        if pod.ready_at is None:
+            if now - pod.created < STUCK_POD_SECONDS:
+                break
+            continue
+        samples.append(round(max(0.0, pod.ready_at - pod.created), 1))
+        watermark = pod.created
+    samples = samples[-spec.samples :]
+    until = rfc3339(watermark) if watermark is not None else None
+    if not samples:
+        return ColdStartStatus(seconds=float(spec.seconds), source="assumed", observed_until=until)
+    measured = p90(samples)
+    return ColdStartStatus(
+        seconds=measured,
+        source="measured",
+        p90_seconds=measured,
+        samples=samples,
+        observed_until=until,
+    )
+
+
+def forecast_view(
+    forecast: ForecastLike, *, model: str, score: float | None, quantile: float
+) -> ForecastStatus:
+    """About a dozen points spread evenly over the horizon, each the max over its stretch
+    (so a short spike is not lost between shown points)."""
+    points = list(forecast.points)
+    shown: list[ForecastPoint] = []
+    if points:
+        per = max(1, math.ceil(len(points) / MAX_FORECAST_POINTS))
+        for i in range(0, len(points), per):
+            chunk = points[i : i + per]
+            top = max(chunk, key=lambda p: p.upper)
+            shown.append(
+                ForecastPoint(
+                    t=rfc3339(chunk[-1].t),
+                    mean=round(max(p.mean for p in chunk), 4),
+                    upper=round(top.upper, 4),
+                )
+            )
+    horizon = (points[-1].t - forecast.generated_at) if points else 0.0
+    peak = max((p.upper for p in points), default=None)
+    return ForecastStatus(
+        generated_at=rfc3339(forecast.generated_at),
+        model=model,
+        score=None if score is None or not math.isfinite(score) else round(score, 3),
+        quantile=quantile,
+        horizon_seconds=round(horizon, 1),
+        peak=None if peak is None else round(peak, 4),
+        points=shown[:MAX_FORECAST_POINTS],
+    )
+
+
+def next_window(windows: Sequence[ScheduledWindow], now: float) -> WindowStatus | None:
+    best = None
+    for window in windows:
+        occurrence = window.next_occurrence(now)
+        if occurrence is not None and (best is None or occurrence.start < best.start):
+            best = occurrence
+    if best is None:
+        return None
+    return WindowStatus(
+        name=best.name,
+        start=rfc3339(best.start),
+        end=rfc3339(best.end),
+        prewarm_at=rfc3339(best.prewarm_at),
+    )
+
+
+Status = Literal["True", "False", "Unknown"]
+
+
+@dataclass(frozen=True, slots=True)
+class ConditionUpdate:
+    type: ConditionType
+    status: Status
+    reason: str
+    message: str = ""
+
+
+def merge_conditions(
+    previous: Sequence[Condition],
+    updates: Sequence[ConditionUpdate],
+    now: float,
+    generation: int | None,
+) -> list[Condition]:
+    """Apply updates; ``lastTransitionTime`` moves only when a condition's status changes."""
+    by_type = {c.type: c for c in previous}
+    for update in updates:
+        old = by_type.get(update.type)
+        moved = old is None or old.status != update.status
+        by_type[update.type] = Condition(
+            type=update.type,
+            status=update.status,
+            reason=update.reason,
+            message=update.message[:1024],
+            last_transition_time=rfc3339(now) if moved or old is None else old.last_transition_time,
+            observed_generation=generation,
+        )
+    order = ["Ready", "MetricsAvailable", "ForecastHealthy", "ScheduleActive", "DryRun", "Invalid"]
+    return sorted(by_type.values(), key=lambda c: order.index(c.type))
+
+
+def status_patch(previous: dict[str, Any], status: InferencePoolStatus) -> dict[str, Any]:
+    """A merge patch that turns ``previous`` into ``status`` (removed keys set to null)."""
+    wire = status.wire()
+    patch: dict[str, Any] = {key: None for key in previous if key not in wire}
+    patch.update(wire)
+    return patch
+
+
+def parse_status(raw: dict[str, Any] | None) -> InferencePoolStatus:
+    """The previous status, tolerating garbage (it is only a cache of our own output)."""
+    try:
+        return InferencePoolStatus.model_validate(raw or {})
+    except ValueError:
+        return InferencePoolStatus()

@@ -1,0 +1,123 @@
+"""Typed operator settings, grouped by concern, read once at startup.
+
+Every field has a default and an environment variable (``PRESCALER_<GROUP>_<FIELD>``);
+``prescaler run`` flags override the environment. Nothing else reads the environment.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields, replace
+from typing import Any
+
+
+@dataclass(frozen=True, slots=True)
+class WatchSettings:
+    """Which InferencePools the operator serves."""
+
+    namespaces: tuple[str, ...] = ()
+    """Namespaces (or glob patterns) to watch; empty means cluster-wide."""
+
+
+@dataclass(frozen=True, slots=True)
+class PeeringSettings:
+    """High availability: several replicas of the operator, one active."""
+
+    name: str | None = None
+    """kopf peering object name; ``None`` runs standalone (no peering, the default)."""
+    priority: int = 0
+    """Among peers the highest priority serves; the others stand by."""
+
+
+@dataclass(frozen=True, slots=True)
+class MetricsSettings:
+    """The operator's own Prometheus ``/metrics`` endpoint."""
+
+    port: int = 8080
+    """Port of ``/metrics``; 0 disables the endpoint."""
+    host: str = "0.0.0.0"
+    """Address to bind."""
+
+
+@dataclass(frozen=True, slots=True)
+class ReconcileSettings:
+    """The per-pool loop."""
+
+    interval_seconds: float = 30.0
+    """Timer period of each pool's reconcile."""
+    kube_threads: int = 16
+    """Threads for Kubernetes and Prometheus calls (both are blocking clients)."""
+    forecast_workers: int = 2
+    """Processes for forecast fits and model selection (0: fit in a thread instead)."""
+    forecast_wait_seconds: float = 10.0
+    """How long a reconcile waits for a forecast refresh before using the previous one."""
+    prometheus_timeout_seconds: float = 10.0
+    """Timeout of one Prometheus query."""
+    rate_window: str = "2m"
+    """Range of ``rate()`` in the engine profiles' queries."""
+    kubeconfig: str | None = None
+    """Kubeconfig for the pipeline's client (default: in-cluster, then ``KUBECONFIG``)."""
+
+
+@dataclass(frozen=True, slots=True)
+class OperatorSettings:
+    """All settings of ``prescaler run``."""
+
+    watch: WatchSettings = field(default_factory=WatchSettings)
+    peering: PeeringSettings = field(default_factory=PeeringSettings)
+    metrics: MetricsSettings = field(default_factory=MetricsSettings)
+    reconcile: ReconcileSettings = field(default_factory=ReconcileSettings)
+    liveness_endpoint: str | None = None
+    """kopf's liveness probe URL, e.g. ``http://0.0.0.0:8081/healthz``."""
+
+    def __post_init__(self) -> None:
+        if self.reconcile.interval_seconds <= 0:
+            raise ValueError("reconcile interval must be > 0 seconds")
+        if self.reconcile.kube_threads < 1:
+            raise ValueError("kube threads must be >= 1")
+        if self.reconcile.forecast_workers < 0:
+            raise ValueError("forecast workers must be >= 0")
+        if not 0 <= self.metrics.port <= 65535:
+            raise ValueError("metrics port must be in 0..65535")
+
+    @property
+    def clusterwide(self) -> bool:
+        return not self.watch.namespaces
+
+
+def _convert(kind: Any, text: str) -> Any:
+    name = kind if isinstance(kind, str) else getattr(kind, "__name__", str(kind))
+    if "tuple" in name:
+        return tuple(part.strip() for part in text.split(",") if part.strip())
+    if name.startswith("int"):
+        return int(text)
+    if name.startswith("float"):
+        return float(text)
+    if name.startswith("str | None"):
+        return text or None
+    return text
+
+
+def from_env(environ: Mapping[str, str] | None = None) -> OperatorSettings:
+    """Settings from ``PRESCALER_<GROUP>_<FIELD>`` variables, defaults elsewhere."""
+    env = os.environ if environ is None else environ
+    base = OperatorSettings()
+    groups: dict[str, Any] = {}
+    for group_field in fields(base):
+        group = getattr(base, group_field.name)
+        if not hasattr(group, "__dataclass_fields__"):
+            key = f"PRESCALER_{group_field.name.upper()}"
+            if key in env:
+                groups[group_field.name] = env[key] or None
+            continue
+        changes = {}
+        for f in fields(group):
+            key = f"PRESCALER_{group_field.name.upper()}_{f.name.upper()}"
+            if key in env:
+                try:
+                    changes[f.name] = _convert(f.type, env[key])
+                except ValueError:
+                    raise ValueError(f"{key}: cannot read {env[key]!r} as {f.type}") from None
+        groups[group_field.name] = replace(group, **changes)
+    return OperatorSettings(**groups)
