@@ -118,9 +118,12 @@ class RecentTrend(Forecaster):
     """A robust line through the recent window, for short histories.
 
     The slope is the Theil–Sen estimator (median of pairwise slopes) over the last
-    ``window_seconds`` and is damped by ``slope_weight``; the level is the median residual
-    line at the last bin. The interval is the ordinary-least-squares prediction interval
-    with a robust (MAD) noise estimate, so it widens with the lead.
+    ``window_seconds``, damped by ``slope_weight``; the level is the line's value at the last
+    bin with the intercept fitted by the mean of the detrended values, outliers beyond five
+    robust sigmas clipped (a median would sit below the mean of skewed, sparse counts).
+    The interval is empirical: the quantiles of how far demand ``k`` steps ahead strayed
+    from the trailing window mean over the last ``calibration_seconds`` (per lead,
+    additive), so it widens with the lead as the data do.
     """
 
     name = "recent_trend"
@@ -128,16 +131,18 @@ class RecentTrend(Forecaster):
     def __init__(
         self,
         *,
-        window_seconds: float = 1800.0,
+        window_seconds: float = 600.0,
         min_bins: int = 6,
         max_bins: int = 240,
         slope_weight: float = 0.5,
+        calibration_seconds: float = DAY,
     ) -> None:
         super().__init__()
         self.window_seconds = window_seconds
         self.min_bins = min_bins
         self.max_bins = max_bins
         self.slope_weight = slope_weight
+        self.calibration_seconds = calibration_seconds
 
     def min_history_seconds(self, step_seconds: float) -> float:
         return 3 * step_seconds
@@ -155,7 +160,13 @@ class RecentTrend(Forecaster):
         i, j = np.triu_indices(len(x), k=1)
         slopes = (y[j] - y[i]) / (x[j] - x[i])
         slope = float(np.median(slopes)) if len(slopes) else 0.0
-        intercept = float(np.median(y - slope * x))
+        # Mean of the detrended values, with wild outliers (beyond 5 robust sigmas) clipped.
+        detrended = y - slope * x
+        centre = float(np.median(detrended))
+        spread = 1.4826 * float(np.median(np.abs(detrended - centre)))
+        if spread > 0:
+            detrended = np.clip(detrended, centre - 5 * spread, centre + 5 * spread)
+        intercept = float(np.mean(detrended))
         resid = y - (intercept + slope * x)
         self._slope = slope * self.slope_weight
         self._level = intercept  # fitted value at the last bin (x = 0)
@@ -163,13 +174,25 @@ class RecentTrend(Forecaster):
         self._x_mean = float(x.mean())
         self._sxx = float(((x - x.mean()) ** 2).sum())
         self._n = len(x)
+        self._window = window
 
     def _mean(self, leads: IntArray) -> FloatArray:
         return self._level + self._slope * np.asarray(leads, dtype=float)
 
     def _band(self, n_leads: int, quantile: float) -> Band:
+        # Fallback with little history: the least-squares prediction interval, robust sigma.
         z = normal_quantile(quantile)
         lead = np.arange(1, n_leads + 1, dtype=float)
         sxx = self._sxx if self._sxx > 0 else math.inf
         width = z * self._sigma * np.sqrt(1 + 1 / self._n + (lead - self._x_mean) ** 2 / sxx)
-        return Band.additive(width, width)
+        lo, hi = width.copy(), width.copy()
+        calib = _bins(self.calibration_seconds, self._step)
+        y = self._y[-(calib + n_leads) :]
+        level = trailing_mean(y, self._window)
+        for k in range(1, n_leads + 1):
+            errors = y[k:] - level[:-k]
+            errors = errors[np.isfinite(errors)]
+            if len(errors) >= 20:
+                hi[k - 1] = max(0.0, float(np.quantile(errors, quantile)))
+                lo[k - 1] = max(0.0, -float(np.quantile(errors, 1 - quantile)))
+        return Band.additive(lo, hi)

@@ -50,10 +50,10 @@ def test_weekly_needs_a_week_of_history(seasonal: Callable[..., pd.Series]) -> N
 
 def test_recent_trend_follows_a_line_and_ignores_an_outlier() -> None:
     t = pd.to_datetime(1_704_067_200 + 60 * np.arange(30), unit="s", utc=True)
-    y = 50 + 2.0 * np.arange(30)
+    y = 50 + 2.0 * np.arange(30) + np.random.default_rng(0).normal(0, 0.5, 30)
     y[-3] = 500.0  # one wild sample must not bend a robust fit
     model = RecentTrend(slope_weight=1.0).fit(pd.Series(y, index=t))
-    assert [p.mean for p in model.predict(180)] == pytest.approx([110, 112, 114], abs=0.5)
+    assert [p.mean for p in model.predict(180)] == pytest.approx([110, 112, 114], abs=1.0)
 
 
 def test_recent_trend_clips_negative_forecasts() -> None:
