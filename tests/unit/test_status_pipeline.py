@@ -1,0 +1,237 @@
+"""The reconcile pipeline against a fake Kubernetes: decisions, apply, status, Invalid."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+
+from prescaler.kube import Hpa, NotFound, ObjectRef, PodStart, StandbyObservation, Workload
+from prescaler.metrics import Metrics
+from prescaler.reconcile import PoolObject, Reconciler
+from prescaler.reconcile_forecast import ForecastHub
+from prescaler.reconcile_status import rfc3339
+
+NOW = 1_750_000_000.0
+
+
+@dataclass
+class FakeKube:
+    workloads: dict[tuple[str, str], Workload] = field(default_factory=dict)
+    hpas: dict[str, Hpa] = field(default_factory=dict)
+    pods: list[PodStart] = field(default_factory=list)
+    calls: list[tuple[Any, ...]] = field(default_factory=list)
+    events: list[tuple[str, str, str]] = field(default_factory=list)
+    objects: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    async def get_workload(self, namespace: str, kind: str, name: str) -> Workload:
+        try:
+            return self.workloads[(kind, name)]
+        except KeyError:
+            raise NotFound(f"{kind} {name}", 404) from None
+
+    async def patch_scale(self, namespace: str, kind: str, name: str, replicas: int) -> None:
+        self.calls.append(("scale", kind, name, replicas))
+        w = self.workloads[(kind, name)]
+        self.workloads[(kind, name)] = Workload(
+            w.kind, w.name, replicas, w.ready_replicas, w.selector, w.template
+        )
+
+    async def get_hpa(self, namespace: str, name: str) -> Hpa:
+        try:
+            return self.hpas[name]
+        except KeyError:
+            raise NotFound(f"HPA {name}", 404) from None
+
+    async def patch_hpa_min(self, namespace: str, name: str, min_replicas: int) -> None:
+        self.calls.append(("hpa", name, min_replicas))
+
+    async def list_pod_starts(self, namespace: str, selector: str) -> list[PodStart]:
+        return list(self.pods)
+
+    async def read_secret(self, namespace: str, name: str) -> dict[str, str]:
+        raise NotFound(name, 404)
+
+    async def ensure(self, obj: dict[str, Any]) -> StandbyObservation:
+        self.objects[obj["metadata"]["name"]] = obj
+        return StandbyObservation(desired=obj["spec"].get("replicas", 3), ready=0)
+
+    async def delete(self, namespace: str, kind: str, name: str) -> None:
+        self.calls.append(("delete", kind, name))
+        self.objects.pop(name, None)
+
+    async def ensure_priority_class(self, obj: dict[str, Any]) -> None:
+        self.calls.append(("priorityclass", obj["metadata"]["name"]))
+
+    async def post_event(self, ref: ObjectRef, type_: str, reason: str, message: str) -> None:
+        self.events.append((type_, reason, message))
+
+
+TEMPLATE = {
+    "metadata": {"labels": {"app": "llm"}},
+    "spec": {"containers": [{"name": "vllm", "image": "vllm/vllm-openai:v0.9"}]},
+}
+
+
+def _kube(replicas: int = 1, ready: int = 1) -> FakeKube:
+    kube = FakeKube()
+    kube.workloads[("Deployment", "llm")] = Workload(
+        "Deployment", "llm", replicas, ready, "app=llm", TEMPLATE
+    )
+    return kube
+
+
+def _spec(**extra: Any) -> dict[str, Any]:
+    spec: dict[str, Any] = {
+        "target": {"kind": "Deployment", "name": "llm"},
+        "minReplicas": 1,
+        "maxReplicas": 8,
+        "model": {"tokensPerSecond": 3000},
+        "coldStart": {"mode": "fixed", "seconds": 60, "marginSeconds": 0},
+    }
+    spec.update(extra)
+    return spec
+
+
+def _window(start_in: float, end_in: float, replicas: int, lead: int = 120) -> dict[str, Any]:
+    return {
+        "name": "launch",
+        "start": rfc3339(NOW + start_in),
+        "end": rfc3339(NOW + end_in),
+        "minReplicas": replicas,
+        "leadSeconds": lead,
+    }
+
+
+def _reconciler(kube: FakeKube, now: float = NOW) -> Reconciler:
+    metrics = Metrics()
+    return Reconciler(
+        kube=kube,
+        metrics=metrics,
+        forecasts=ForecastHub(metrics=metrics, executor=None),
+        clock=lambda: now,
+    )
+
+
+def _run(
+    rec: Reconciler, spec: dict[str, Any], status: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    pool = PoolObject("ns", "pool", "uid-1", 1, spec, status or {})
+    return asyncio.run(rec.reconcile(pool))
+
+
+def _condition(status: dict[str, Any], kind: str) -> dict[str, Any]:
+    return next(c for c in status["conditions"] if c["type"] == kind)
+
+
+def test_window_within_lead_scales_up_and_emits_an_event() -> None:
+    kube = _kube()
+    status = _run(_reconciler(kube), _spec(schedules=[_window(100, 400, 4)]))
+    assert kube.calls == [("scale", "Deployment", "llm", 4)]
+    assert [e[1] for e in kube.events] == ["ScaledUp"]
+    assert status["desiredReplicas"] == 4
+    assert status["plan"]["constraint"] == "schedule"
+    assert status["lastScaleUpTime"] == rfc3339(NOW)
+    assert _condition(status, "ScheduleActive")["status"] == "True"
+    assert status["nextWindow"]["name"] == "launch"
+
+
+def test_window_beyond_lead_leaves_the_target_alone() -> None:
+    kube = _kube()
+    status = _run(_reconciler(kube), _spec(schedules=[_window(1000, 1400, 4)]))
+    assert kube.calls == []
+    assert kube.events == []
+    assert status["desiredReplicas"] == 1
+    assert status["nextWindow"]["prewarmAt"] == rfc3339(NOW + 1000 - 120)
+
+
+def test_scale_down_waits_for_stabilization() -> None:
+    kube = _kube(replicas=4, ready=4)
+    recent = {"lastScaleUpTime": rfc3339(NOW - 30)}
+    spec = _spec(scaleDown={"stabilizationSeconds": 300})
+    status = _run(_reconciler(kube), spec, recent)
+    assert kube.calls == []
+    assert status["plan"]["action"] == "hold"
+    # Without a forecast the plan never shrinks, even after stabilization: no demand data.
+    status = _run(_reconciler(kube), spec, {"lastScaleUpTime": rfc3339(NOW - 3000)})
+    assert status["plan"]["action"] == "hold"
+
+
+def test_dry_run_changes_nothing_but_status() -> None:
+    kube = _kube()
+    spec = _spec(
+        schedules=[_window(100, 400, 4)], dryRun=True, standby={"placeholders": {"enabled": True}}
+    )
+    status = _run(_reconciler(kube), spec)
+    assert kube.calls == []
+    assert kube.objects == {}
+    assert kube.events == []
+    assert status["desiredReplicas"] == 4
+    assert _condition(status, "DryRun")["status"] == "True"
+    assert "lastScaleTime" not in status
+
+
+def test_hpa_floor_patches_min_replicas_only() -> None:
+    kube = _kube()
+    kube.hpas["llm-hpa"] = Hpa("llm-hpa", 1, 10, 1, "Deployment", "llm")
+    spec = _spec(
+        target={"kind": "HorizontalPodAutoscaler", "name": "llm-hpa"},
+        mode="hpaFloor",
+        schedules=[_window(100, 400, 5)],
+    )
+    status = _run(_reconciler(kube), spec)
+    assert kube.calls == [("hpa", "llm-hpa", 5)]
+    assert status["currentReplicas"] == 1
+    assert "minReplicas of HPA" in kube.events[0][2]
+
+
+def test_unknown_target_is_invalid_with_one_event() -> None:
+    kube = FakeKube()
+    rec = _reconciler(kube)
+    status = _run(rec, _spec())
+    invalid = _condition(status, "Invalid")
+    assert (invalid["status"], invalid["reason"]) == ("True", "TargetNotFound")
+    assert _condition(status, "Ready")["status"] == "False"
+    assert [e[:2] for e in kube.events] == [("Warning", "TargetNotFound")]
+    _run(rec, _spec(), status)
+    assert len(kube.events) == 1, "the same problem is not announced every cycle"
+
+
+def test_window_end_before_start_is_invalid() -> None:
+    kube = _kube()
+    status = _run(_reconciler(kube), _spec(schedules=[_window(400, 100, 3)]))
+    invalid = _condition(status, "Invalid")
+    assert invalid["status"] == "True"
+    assert "ends before it starts" in invalid["message"]
+    assert kube.calls == []
+
+
+def test_cold_start_is_learned_from_pods() -> None:
+    kube = _kube()
+    kube.pods = [PodStart(f"p{i}", NOW - 1000 + i, NOW - 1000 + i + 40 + i) for i in range(10)]
+    status = _run(_reconciler(kube), _spec(coldStart={"mode": "auto", "seconds": 300}))
+    cold = status["coldStart"]
+    assert cold["source"] == "measured"
+    assert cold["seconds"] == pytest.approx(48.0)
+    assert len(cold["samples"]) == 10
+    assert status["plan"]["lookaheadSeconds"] == pytest.approx(48.0 + 60)
+
+
+def test_standby_objects_are_owned_and_sized_then_removed() -> None:
+    kube = _kube()
+    spec = _spec(standby={"imagePrePull": {"enabled": True}, "placeholders": {"enabled": True}})
+    status = _run(_reconciler(kube), spec)
+    daemonset = kube.objects["pool-prepull"]
+    assert daemonset["kind"] == "DaemonSet"
+    assert daemonset["metadata"]["ownerReferences"][0]["uid"] == "uid-1"
+    assert (
+        daemonset["spec"]["template"]["spec"]["containers"][0]["image"] == "vllm/vllm-openai:v0.9"
+    )
+    holder = kube.objects["pool-placeholder"]
+    assert holder["spec"]["template"]["spec"]["priorityClassName"] == "prescaler-placeholder"
+    assert ("priorityclass", "prescaler-placeholder") in kube.calls
+    assert status["standby"]["imagePrePull"] is not None
+    _run(_reconciler(kube), _spec(), status)
+    assert kube.objects == {}
