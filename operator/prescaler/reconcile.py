@@ -459,6 +459,7 @@ def decide(
             cold_start_seconds=gathered.cold_start.seconds,
             forecast=forecast,
             windows=windows,
+            forecast_expected=spec.forecast is not None,
         )
     )
 

@@ -154,9 +154,9 @@ def test_scale_down_waits_for_stabilization() -> None:
     status = _run(_reconciler(kube), spec, recent)
     assert kube.calls == []
     assert status["plan"]["action"] == "hold"
-    # Without a forecast the plan never shrinks, even after stabilization: no demand data.
     status = _run(_reconciler(kube), spec, {"lastScaleUpTime": rfc3339(NOW - 3000)})
-    assert status["plan"]["action"] == "hold"
+    assert status["plan"]["action"] == "scale_down"
+    assert kube.calls == [("scale", "Deployment", "llm", 2)], "at most half per step"
 
 
 def test_dry_run_changes_nothing_but_status() -> None:
@@ -235,3 +235,25 @@ def test_standby_objects_are_owned_and_sized_then_removed() -> None:
     assert status["standby"]["imagePrePull"] is not None
     _run(_reconciler(kube), _spec(), status)
     assert kube.objects == {}
+
+
+def test_schedule_only_pool_scales_back_down_after_the_window() -> None:
+    kube = _kube(replicas=4, ready=4)
+    spec = _spec(schedules=[_window(-400, -100, 4)], scaleDown={"stabilizationSeconds": 60})
+    status = _run(_reconciler(kube), spec, {"lastScaleUpTime": rfc3339(NOW - 500)})
+    assert kube.calls == [("scale", "Deployment", "llm", 2)]
+    assert status["plan"]["action"] == "scale_down"
+    assert [e[1] for e in kube.events] == ["ScaledDown"]
+
+
+def test_a_pool_with_a_forecast_but_no_data_never_shrinks() -> None:
+    kube = _kube(replicas=4, ready=4)
+    forecast = {"prometheus": {"url": "http://127.0.0.1:1"}, "model": "seasonal_naive"}
+    spec = _spec(forecast=forecast, scaleDown={"stabilizationSeconds": 60})
+    rec = _reconciler(kube)
+    rec.forecasts.wait_seconds = 5
+    status = _run(rec, spec, {"lastScaleUpTime": rfc3339(NOW - 5000)})
+    assert kube.calls == []
+    assert status["plan"]["action"] == "hold"
+    assert _condition(status, "MetricsAvailable")["status"] == "False"
+    assert _condition(status, "ForecastHealthy")["status"] == "False"

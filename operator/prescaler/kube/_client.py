@@ -34,6 +34,7 @@ from prescaler.kube._types import (
 )
 
 config: Any = _config  # untyped module
+USER_AGENT = "prescaler-operator"
 MERGE_PATCH = "application/merge-patch+json"
 
 
@@ -96,7 +97,9 @@ def load_api_client(kubeconfig: str | None = None, pool_size: int = 16) -> clien
     except config.ConfigException:
         config.load_kube_config(config_file=kubeconfig, client_configuration=configuration)
     configuration.connection_pool_maxsize = pool_size
-    return client.ApiClient(configuration)
+    api = client.ApiClient(configuration)
+    api.user_agent = USER_AGENT  # the field manager named in managedFields
+    return api
 
 
 class KubeClient:

@@ -116,6 +116,9 @@ class PlanInputs:
     cold_start_seconds: float
     forecast: ForecastLike | None = None
     windows: Sequence[ScheduledWindow] = field(default_factory=tuple)
+    forecast_expected: bool = True
+    """``False`` for a pool planned on schedules and bounds alone: no forecast is then not
+    missing data, so scale-down after a window is allowed."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -215,7 +218,8 @@ def plan(inputs: PlanInputs) -> ScalePlan:
 
     current = fleet.current_replicas
     hard_floor = min(max(window_floor, policy.min_replicas), policy.max_replicas)
-    desired, action, reason = _pace(inputs, target, hard_floor, usable, why)
+    may_shrink = usable or not inputs.forecast_expected
+    desired, action, reason = _pace(inputs, target, hard_floor, may_shrink, why)
 
     standby = 0
     if policy.standby_max_replicas > 0 and points:
