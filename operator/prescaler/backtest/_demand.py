@@ -32,6 +32,8 @@ class Demand:
     context_p95: float | None = None
     """p95 of prompt + output tokens per request, when the trace or token mix knows it."""
     name: str = ""
+    replay_from: int = 0
+    """Minutes before this are warm-up: history the policies may observe, not replayed."""
 
     def __len__(self) -> int:
         return len(self.tokens_per_s)
@@ -43,6 +45,32 @@ class Demand:
     @property
     def minutes(self) -> int:
         return len(self.tokens_per_s)
+
+    @property
+    def replay_start(self) -> float:
+        """Unix seconds of the first replayed minute."""
+        return self.start + MINUTE * self.replay_from
+
+    @property
+    def replay_tokens_per_s(self) -> FloatArray:
+        """Demand of the replayed minutes."""
+        return np.asarray(self.tokens_per_s[self.replay_from :], dtype=float)
+
+    def with_replay_days(self, days: float | None) -> Demand:
+        """Replay only the last ``days``; earlier minutes become observable warm-up."""
+        if days is None:
+            return replace(self, replay_from=0)
+        keep = max(1, round(days * 1440))
+        return replace(self, replay_from=max(0, len(self) - keep))
+
+    def head(self, minutes: int) -> Demand:
+        """The first ``minutes`` (warm-up included)."""
+        return replace(
+            self,
+            tokens_per_s=self.tokens_per_s[:minutes],
+            observed_requests_per_s=self.observed_requests_per_s[:minutes],
+            replay_from=min(self.replay_from, max(0, minutes - 1)),
+        )
 
     def times(self) -> FloatArray:
         """Start of each minute, unix seconds."""

@@ -72,6 +72,11 @@ class Policy(Protocol):
 # --------------------------------------------------------------------------- reactive
 
 
+def _ceil(x: float) -> int:
+    """``ceil`` that does not turn float noise (2.0000000000000004) into one more pod."""
+    return math.ceil(x - 1e-9)
+
+
 @dataclass
 class ReactivePolicy:
     """Kubernetes HPA v2 (``autoscaling/v2``) on a per-pod load metric.
@@ -111,7 +116,7 @@ class ReactivePolicy:
         if missing <= 0:
             if abs(1.0 - usage_ratio) <= self.tolerance:
                 return current
-            return math.ceil(usage_ratio * ready)
+            return _ceil(usage_ratio * ready)
         # Missing pods: 0 usage on a scale-up, exactly the target on a scale-down.
         filler = 0.0 if usage_ratio >= 1.0 else 1.0
         new_ratio = (usage_ratio * ready + filler * missing) / current
@@ -121,7 +126,7 @@ class ReactivePolicy:
             or (usage_ratio > 1.0 > new_ratio)
         ):
             return current
-        desired = math.ceil(new_ratio * current)
+        desired = _ceil(new_ratio * current)
         if (new_ratio < 1.0 and desired > current) or (new_ratio > 1.0 and desired < current):
             return current
         return desired
@@ -180,6 +185,11 @@ class OraclePolicy:
     replicas_per_step: np.ndarray
     step_seconds: float
     name: str = "oracle"
+
+    def initial_replicas(self, step: int) -> int:
+        """Perfect foresight reaches back before the replay: it starts with what it needs
+        (ready) rather than the shared warm start."""
+        return int(self.replicas_per_step[step])
 
     @property
     def interval_seconds(self) -> float:

@@ -64,14 +64,15 @@ class BacktestResult:
             "minutes": len(self.runs[0].ready_per_step) // cfg.steps_per_minute
             if self.runs
             else len(d),
-            "start": pd.Timestamp(d.start, unit="s", tz="UTC").isoformat(),
+            "start": pd.Timestamp(d.replay_start, unit="s", tz="UTC").isoformat(),
+            "warmup_minutes": d.replay_from,
             "replica_tokens_per_s": cfg.replica_tokens_per_second,
             "gpus_per_replica": cfg.gpus_per_replica,
             "min_replicas": cfg.min_replicas,
             "max_replicas": cfg.max_replicas,
             "mean_prompt_tokens": d.prompt_tokens,
             "mean_output_tokens": d.output_tokens,
-            "peak_demand_tokens_per_s": float(np.max(d.tokens_per_s)),
+            "peak_demand_tokens_per_s": float(np.max(d.replay_tokens_per_s)),
             "policies": {name: sc.as_dict() for name, sc in self.scores.items()},
             "ratios": self.ratios(),
             "runtime_seconds": {r.name: round(r.seconds, 3) for r in self.runs},
@@ -130,23 +131,34 @@ def write_plots(result: BacktestResult, path: str | Path, *, title: str = "") ->
     hours = tl["minute"].to_numpy() / 60.0
     demand = tl["demand_tokens_per_s"].to_numpy()
     names = [r.name for r in result.runs]
-    colors = {"reactive": "tab:red", "predictive": "tab:blue", "oracle": "tab:green",
-              "schedule-only": "tab:purple"}
+    colors = {
+        "reactive": "tab:red",
+        "predictive": "tab:blue",
+        "oracle": "tab:green",
+        "schedule-only": "tab:purple",
+    }
     full, zoom, bars = plot_paths(path)
 
     def draw(ax: Any, sl: slice) -> None:
         ax.fill_between(hours[sl], demand[sl], color="0.8", step="post", label="demand")
         for name in names:
-            ax.step(hours[sl], tl[f"{name}_ready"].to_numpy()[sl] * cap, where="post",
-                    color=colors.get(name), lw=1.0, label=f"{name} ready capacity")
+            ax.step(
+                hours[sl],
+                tl[f"{name}_ready"].to_numpy()[sl] * cap,
+                where="post",
+                color=colors.get(name),
+                lw=1.0,
+                label=f"{name} ready capacity",
+            )
         ax.set_xlabel("hours since start")
         ax.set_ylabel("tokens/s")
         ax.legend(loc="upper left", fontsize=8)
 
     fig, ax = plt.subplots(figsize=(14, 5))
     draw(ax, slice(None))
-    ax.set_title(f"{title} demand vs ready capacity (cold start "
-                 f"{result.config.cold_start_seconds:.0f}s)")
+    ax.set_title(
+        f"{title} demand vs ready capacity (cold start {result.config.cold_start_seconds:.0f}s)"
+    )
     fig.tight_layout()
     fig.savefig(full, dpi=110)
     plt.close(fig)
@@ -157,8 +169,9 @@ def write_plots(result: BacktestResult, path: str | Path, *, title: str = "") ->
     sl = slice(max(0, a - pad), min(len(demand), b + pad))
     fig, ax = plt.subplots(figsize=(10, 5))
     draw(ax, sl)
-    ax.axvspan(hours[a], hours[min(b, len(hours) - 1)], color="orange", alpha=0.15,
-               label="worst ramp")
+    ax.axvspan(
+        hours[a], hours[min(b, len(hours) - 1)], color="orange", alpha=0.15, label="worst ramp"
+    )
     ax.set_title(f"{title} worst ramp (steepest rise within one cold start)")
     fig.tight_layout()
     fig.savefig(zoom, dpi=110)

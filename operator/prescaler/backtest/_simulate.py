@@ -80,7 +80,8 @@ class FleetConfig:
         if self.initial_replicas is not None:
             want = self.initial_replicas
         else:
-            want = math.ceil(float(demand.tokens_per_s[0]) / (0.7 * self.replica_tokens_per_second))
+            first = float(demand.tokens_per_s[demand.replay_from])
+            want = math.ceil(first / (0.7 * self.replica_tokens_per_second))
         return min(max(want, self.min_replicas), self.max_replicas)
 
 
@@ -112,11 +113,16 @@ def simulate(
     progress: Progress | None = None,
     until_minute: int | None = None,
 ) -> PolicyRun:
-    """Replay ``demand`` under ``policy``. ``until_minute`` stops early (for tests)."""
+    """Replay ``demand`` (from its ``replay_from`` minute) under ``policy``.
+
+    ``until_minute`` (absolute) stops early, for tests. Step indices handed to the policy
+    are absolute (minute ``m`` starts at step ``m * steps_per_minute``).
+    """
     t0 = time.perf_counter()
     spm = config.steps_per_minute
     minutes = len(demand) if until_minute is None else min(until_minute, len(demand))
-    steps = minutes * spm
+    first = demand.replay_from * spm
+    steps = max(0, minutes * spm - first)
     dt = config.step_seconds
     every = round(policy.interval_seconds / dt)
     if every < 1 or abs(every * dt - policy.interval_seconds) > 1e-6:
@@ -128,14 +134,18 @@ def simulate(
     metric_lag = round(config.metric_lag_seconds / dt)
     history = demand.observed_series()
     lag_minutes_end = config.metric_lag_seconds
-    fleet = Fleet(config.first_replicas(demand), config.lag_steps)
+    initial = getattr(policy, "initial_replicas", None)
+    first_count = initial(first) if callable(initial) else config.first_replicas(demand)
+    fleet = Fleet(min(max(int(first_count), config.min_replicas), config.max_replicas),
+                  config.lag_steps)
     ready = np.empty(steps, dtype=np.int64)
     existing = np.empty(steps, dtype=np.int64)
     report_every = max(1, steps // 50)
     lo, hi = config.min_replicas, config.max_replicas
-    for i in range(steps):
+    for k in range(steps):
+        i = first + k
         fleet.advance(i)
-        if i % every == 0:
+        if k % every == 0:
             now = demand.start + i * dt
             # Minutes that ended at least the metric lag ago are visible; nothing later.
             visible = math.floor((i * dt - lag_minutes_end) / MINUTE + 1e-9)
@@ -151,10 +161,10 @@ def simulate(
             )
             desired = policy.decide(obs)
             fleet.scale_to(min(max(desired, lo), hi), i)
-        ready[i] = fleet.ready
-        existing[i] = fleet.existing
-        if progress is not None and i % report_every == 0:
-            progress(policy.name, i / steps)
+        ready[k] = fleet.ready
+        existing[k] = fleet.existing
+        if progress is not None and k % report_every == 0:
+            progress(policy.name, k / steps)
     if progress is not None:
         progress(policy.name, 1.0)
     return PolicyRun(
@@ -189,9 +199,7 @@ class Score:
         }
 
 
-def fluid_queue(
-    arrivals: FloatArray, capacity: FloatArray
-) -> tuple[FloatArray, FloatArray]:
+def fluid_queue(arrivals: FloatArray, capacity: FloatArray) -> tuple[FloatArray, FloatArray]:
     """FIFO fluid queue per step: (queue after each step, arrivals not served in their step)."""
     n = len(arrivals)
     queue = np.zeros(n)
@@ -221,7 +229,7 @@ def score(run: PolicyRun, demand: Demand, config: FleetConfig) -> Score:
     minutes = steps // spm
     dt = config.step_seconds
     cap = config.replica_tokens_per_second
-    tokens_min = np.asarray(demand.tokens_per_s[:minutes], dtype=float)
+    tokens_min = demand.replay_tokens_per_s[:minutes]
     ready_min = run.ready_per_minute(spm)
     shortfall = int(np.count_nonzero(ready_min * cap < tokens_min))
     arrivals = np.repeat(tokens_min, spm) * dt
@@ -243,10 +251,11 @@ def score(run: PolicyRun, demand: Demand, config: FleetConfig) -> Score:
 def timeline(demand: Demand, runs: list[PolicyRun], config: FleetConfig) -> pd.DataFrame:
     """The per-minute timeline in the brief's column order."""
     spm = config.steps_per_minute
-    minutes = min(len(r.ready_per_step) for r in runs) // spm if runs else len(demand)
+    replay = demand.replay_tokens_per_s
+    minutes = min(len(r.ready_per_step) for r in runs) // spm if runs else len(replay)
     columns: dict[str, object] = {
         "minute": np.arange(minutes, dtype=np.int64),
-        "demand_tokens_per_s": np.asarray(demand.tokens_per_s[:minutes], dtype=float),
+        "demand_tokens_per_s": replay[:minutes],
         "replica_tokens_per_s": np.full(minutes, config.replica_tokens_per_second),
     }
     for run in runs:

@@ -91,7 +91,17 @@ def register(subparsers: Any) -> None:
         metavar="N",
         help="rescale demand so that the trace's peak minute needs exactly N replicas",
     )
-    src.add_argument("--max-minutes", type=positive_int, help="replay only the first minutes")
+    src.add_argument(
+        "--trace-step-seconds",
+        type=positive_float,
+        help="bin width for per-request traces, in played (scaled) seconds; default 60",
+    )
+    src.add_argument("--max-minutes", type=positive_int, help="use only the first minutes")
+    src.add_argument(
+        "--replay-days",
+        type=positive_float,
+        help="replay only the last DAYS; earlier data is warm-up history for the forecaster",
+    )
 
     fleet = parser.add_argument_group("fleet")
     fleet.add_argument("--cold-start-seconds", required=True, type=non_negative_float)
@@ -117,16 +127,22 @@ def register(subparsers: Any) -> None:
     )
     pol.add_argument("--quantile", type=_quantile, default=0.9, help="forecast upper quantile")
     pol.add_argument("--refit-minutes", type=positive_float, default=60.0)
-    pol.add_argument("--forecast-step-seconds", type=positive_float, default=None,
-                     help="forecaster resolution (default: 600 s for traces longer than "
-                     "two days, else 60 s)")
+    pol.add_argument(
+        "--forecast-step-seconds",
+        type=positive_float,
+        default=None,
+        help="forecaster resolution (default: the trace's own step, >= 60 s)",
+    )
     pol.add_argument("--decision-seconds", type=positive_float, default=60.0)
     pol.add_argument("--lead-margin-seconds", type=non_negative_float, default=60.0)
-    pol.add_argument("--scale-down-stabilization-seconds", type=non_negative_float,
-                     default=600.0)
+    pol.add_argument("--scale-down-stabilization-seconds", type=non_negative_float, default=600.0)
     pol.add_argument("--scale-down-max-percent", type=positive_float, default=50.0)
-    pol.add_argument("--history-days", type=positive_float, default=None,
-                     help="history handed to the forecaster (default: all so far)")
+    pol.add_argument(
+        "--history-days",
+        type=positive_float,
+        default=None,
+        help="history handed to the forecaster (default: all so far)",
+    )
     pol.add_argument(
         "--window",
         action="append",
@@ -140,8 +156,9 @@ def register(subparsers: Any) -> None:
     out = parser.add_argument_group("output")
     out.add_argument("--json", type=Path, metavar="OUT.json", dest="json_out")
     out.add_argument("--timeline", type=Path, metavar="OUT.csv")
-    out.add_argument("--plot", type=Path, metavar="OUT.png",
-                     help="writes OUT.png, OUT-zoom.png and OUT-bars.png")
+    out.add_argument(
+        "--plot", type=Path, metavar="OUT.png", help="writes OUT.png, OUT-zoom.png and OUT-bars.png"
+    )
     out.add_argument("--quiet", action="store_true", help="no progress on stderr")
     parser.set_defaults(func=run)
 
@@ -214,7 +231,10 @@ def run(args: argparse.Namespace) -> int:
 
     started = time.perf_counter()
     try:
-        trace = load_trace(args.trace, args.trace_format, time_scale=args.time_scale)
+        step = args.trace_step_seconds if args.trace_format in ("azure", "requests") else None
+        trace = load_trace(
+            args.trace, args.trace_format, step_seconds=step, time_scale=args.time_scale
+        )
         if args.token_mix is not None:
             if trace.has_tokens:
                 raise CliError("--token-mix: this trace already has per-request token lengths")
@@ -230,14 +250,8 @@ def run(args: argparse.Namespace) -> int:
     except TraceError as exc:
         raise CliError(f"--trace: {exc}") from None
     if args.max_minutes is not None:
-        from dataclasses import replace
-
-        n = min(args.max_minutes, len(demand))
-        demand = replace(
-            demand,
-            tokens_per_s=demand.tokens_per_s[:n],
-            observed_requests_per_s=demand.observed_requests_per_s[:n],
-        )
+        demand = demand.head(min(args.max_minutes, len(demand)))
+    demand = demand.with_replay_days(args.replay_days)
     context = math.ceil(demand.context_p95) if demand.context_p95 else None
     capacity = capacity_from_args(
         args,
@@ -246,12 +260,12 @@ def run(args: argparse.Namespace) -> int:
         context_tokens=context,
     )
     replica_tps = capacity.replica_tokens_per_second
-    peak = float(demand.tokens_per_s.max())
+    peak = float(demand.replay_tokens_per_s.max())
     if not peak > 0:
         raise CliError("--trace: the trace has no demand")
     if args.scale_to_peak_replicas is not None:
         demand = demand.scaled(args.scale_to_peak_replicas * replica_tps / peak)
-        peak = float(demand.tokens_per_s.max())
+        peak = float(demand.replay_tokens_per_s.max())
     peak_need = max(1, math.ceil(peak / replica_tps - 1e-9))
     max_replicas = args.max_replicas if args.max_replicas is not None else 2 * peak_need
     if max_replicas < args.min_replicas:
@@ -266,6 +280,8 @@ def run(args: argparse.Namespace) -> int:
         )
     except ValueError as exc:
         raise CliError(str(exc)) from None
+    # The forecaster works at the trace's own resolution (no finer than a minute).
+    args.forecast_step = args.forecast_step_seconds or max(60.0, trace.step_seconds)
     windows = [_parse_window(w) for w in args.window]
     if "schedule-only" in args.policies and not windows:
         raise CliError("--policies: schedule-only needs at least one --window")
@@ -273,17 +289,20 @@ def run(args: argparse.Namespace) -> int:
     policies: list[Policy] = []
     for name in args.policies:
         if name == "reactive":
-            policies.append(
-                ReactivePolicy(replica_tps, config.min_replicas, config.max_replicas)
-            )
+            policies.append(ReactivePolicy(replica_tps, config.min_replicas, config.max_replicas))
         elif name == "oracle":
             import numpy as np
 
             per_step = np.repeat(demand.tokens_per_s, config.steps_per_minute)
             policies.append(
                 OraclePolicy(
-                    oracle_replicas(per_step, replica_tps, config.lag_steps,
-                                    config.min_replicas, config.max_replicas),
+                    oracle_replicas(
+                        per_step,
+                        replica_tps,
+                        config.lag_steps,
+                        config.min_replicas,
+                        config.max_replicas,
+                    ),
                     config.step_seconds,
                 )
             )
@@ -292,8 +311,11 @@ def run(args: argparse.Namespace) -> int:
                 ScheduleOnlyPolicy(windows, capacity, config.min_replicas, config.max_replicas)
             )
         else:
-            policies.append(_predictive(args, demand, capacity, config, windows, ScalingPolicy,
-                                        PredictivePolicy))
+            policies.append(
+                _predictive(
+                    args, demand, capacity, config, windows, ScalingPolicy, PredictivePolicy
+                )
+            )
 
     progress = _Progress(not args.quiet)
     result = run_backtest(demand, policies, config, progress=progress)
@@ -331,9 +353,7 @@ def _predictive(
 ) -> Any:
     from prescaler_forecast import ForecastService
 
-    step = args.forecast_step_seconds
-    if step is None:
-        step = 600.0 if len(demand) > 2 * 1440 else 60.0
+    step = args.forecast_step
     horizon = max(args.cold_start_seconds + args.lead_margin_seconds + step, 2 * step)
     horizon = math.ceil(horizon / step) * step
     try:
