@@ -1,0 +1,215 @@
+"""Fixtures and helpers for the operator's cluster tests: the CRD, the operator in a thread.
+
+Import the fixtures into a test module (``from integration.operator_fixtures import ...``).
+The operator runs in-process (``prescaler.reconcile_runtime.operate``) in its own thread and
+event loop, watching only the test's namespace, with a fast timer.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from cluster.kwok_stages import GPU_RESOURCE, READY_DELAY_ANNOTATION
+from cluster.launcher import LocalCluster
+from prescaler.api import GROUP, PLURAL, VERSION
+from prescaler.metrics import Metrics
+from prescaler.settings import (
+    MetricsSettings,
+    OperatorSettings,
+    ReconcileSettings,
+    WatchSettings,
+)
+
+ROOT = Path(__file__).resolve().parents[2]
+CRD_FILE = ROOT / "crds" / f"{PLURAL}.{GROUP}.yaml"
+
+
+def wait_for(check: Callable[[], Any], timeout: float, what: str, interval: float = 0.25) -> Any:
+    """Poll until ``check()`` is truthy; fail the test naming ``what`` otherwise."""
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while time.monotonic() < deadline:
+        last = check()
+        if last:
+            return last
+        time.sleep(interval)
+    pytest.fail(f"timed out after {timeout:.0f}s waiting for {what} (last: {last!r})")
+
+
+@pytest.fixture(scope="session", name="crd")
+def crd_fixture(cluster: LocalCluster) -> None:
+    """The generated CRD, installed once and Established."""
+    api_client = cluster.api_client()
+    ext: Any = client.ApiextensionsV1Api(api_client)
+    body = yaml.safe_load(CRD_FILE.read_text())
+    name = body["metadata"]["name"]
+    try:
+        ext.create_custom_resource_definition(body)
+    except ApiException as exc:
+        if exc.status != 409:
+            raise
+        current = ext.read_custom_resource_definition(name)
+        body["metadata"]["resourceVersion"] = current.metadata.resource_version
+        ext.replace_custom_resource_definition(name, body)
+
+    def established() -> bool:
+        conditions = ext.read_custom_resource_definition(name).status.conditions or []
+        return any(c.type == "Established" and c.status == "True" for c in conditions)
+
+    wait_for(established, 30, "the CRD to be Established")
+    api_client.close()
+
+
+@contextmanager
+def running_operator(cluster: LocalCluster, namespace: str, **reconcile: Any) -> Iterator[Metrics]:
+    """The operator watching ``namespace`` until the block ends; yields its metrics."""
+    from prescaler.reconcile_runtime import run_operator
+
+    settings = OperatorSettings(
+        watch=WatchSettings(namespaces=(namespace,)),
+        metrics=MetricsSettings(port=0),
+        reconcile=replace(
+            ReconcileSettings(
+                interval_seconds=1.0,
+                forecast_workers=0,
+                forecast_wait_seconds=20.0,
+                kubeconfig=str(cluster.kubeconfig),
+                kube_threads=4,
+            ),
+            **reconcile,
+        ),
+    )
+    metrics = Metrics()
+    stop, ready = threading.Event(), threading.Event()
+    errors: list[BaseException] = []
+
+    def main() -> None:
+        try:
+            run_operator(settings, stop_flag=stop, ready_flag=ready, metrics=metrics)
+        except BaseException as exc:  # surfaced in the test thread
+            errors.append(exc)
+
+    thread = threading.Thread(target=main, name="prescaler-operator", daemon=True)
+    thread.start()
+    wait_for(lambda: ready.is_set() or errors, 60, "the operator to start")
+    if errors:
+        raise errors[0]
+    try:
+        yield metrics
+    finally:
+        stop.set()
+        thread.join(60)
+        if errors:
+            raise errors[0]
+
+
+@pytest.fixture(name="operator")
+def operator_fixture(
+    cluster: LocalCluster, crd: None, namespace: str, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[Metrics]:
+    """The operator on the test namespace with a 1 s timer."""
+    monkeypatch.setenv("KUBECONFIG", str(cluster.kubeconfig))
+    with running_operator(cluster, namespace) as metrics:
+        yield metrics
+
+
+# ---------------------------------------------------------------------- objects
+def gpu_deployment(
+    name: str, replicas: int, *, ready_delay: str | None = None, gpus: int = 1
+) -> dict[str, Any]:
+    annotations = {READY_DELAY_ANNOTATION: ready_delay} if ready_delay else {}
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": name},
+        "spec": {
+            "replicas": replicas,
+            "selector": {"matchLabels": {"app": name}},
+            "template": {
+                "metadata": {"labels": {"app": name}, "annotations": annotations},
+                "spec": {
+                    "containers": [
+                        {
+                            "name": "vllm",
+                            "image": "vllm/vllm-openai:fake",
+                            "resources": {
+                                "requests": {"cpu": "1", GPU_RESOURCE: str(gpus)},
+                                "limits": {GPU_RESOURCE: str(gpus)},
+                            },
+                        }
+                    ],
+                    "terminationGracePeriodSeconds": 0,
+                },
+            },
+        },
+    }
+
+
+def pool_body(name: str, spec: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "InferencePool",
+        "metadata": {"name": name},
+        "spec": spec,
+    }
+
+
+class Kube:
+    """Small typed-enough helpers over the test's ApiClient."""
+
+    def __init__(self, api_client: Any, namespace: str) -> None:
+        self.ns = namespace
+        self.apps: Any = client.AppsV1Api(api_client)
+        self.core: Any = client.CoreV1Api(api_client)
+        self.custom: Any = client.CustomObjectsApi(api_client)
+        self.autoscaling: Any = client.AutoscalingV2Api(api_client)
+
+    def create_deployment(self, body: dict[str, Any]) -> None:
+        self.apps.create_namespaced_deployment(self.ns, body)
+
+    def deployment(self, name: str) -> Any:
+        return self.apps.read_namespaced_deployment(name, self.ns)
+
+    def create_pool(self, name: str, spec: dict[str, Any]) -> dict[str, Any]:
+        return dict(
+            self.custom.create_namespaced_custom_object(
+                GROUP, VERSION, self.ns, PLURAL, pool_body(name, spec)
+            )
+        )
+
+    def pool(self, name: str) -> dict[str, Any]:
+        return dict(self.custom.get_namespaced_custom_object(GROUP, VERSION, self.ns, PLURAL, name))
+
+    def status(self, name: str) -> dict[str, Any]:
+        return dict(self.pool(name).get("status") or {})
+
+    def condition(self, name: str, kind: str) -> dict[str, Any] | None:
+        for cond in self.status(name).get("conditions", []):
+            if cond["type"] == kind:
+                return dict(cond)
+        return None
+
+    def patch_pool(self, name: str, spec: dict[str, Any]) -> None:
+        self.custom.patch_namespaced_custom_object(
+            GROUP, VERSION, self.ns, PLURAL, name, {"spec": spec}
+        )
+
+    def delete_pool(self, name: str) -> None:
+        self.custom.delete_namespaced_custom_object(GROUP, VERSION, self.ns, PLURAL, name)
+
+    def events(self, name: str) -> list[Any]:
+        listing = self.core.list_namespaced_event(
+            self.ns, field_selector=f"involvedObject.name={name},involvedObject.kind=InferencePool"
+        )
+        return sorted(listing.items, key=lambda e: e.metadata.creation_timestamp)

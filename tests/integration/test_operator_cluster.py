@@ -1,0 +1,337 @@
+"""The operator on the real local cluster: schedules, hpaFloor, cold start, dry-run, invalid.
+
+Times are compressed (cold starts of seconds, a 1 s timer, stabilization of seconds). The
+only timing assertions are orderings on the schedule's own timeline.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from datetime import datetime
+from typing import Any
+from zoneinfo import ZoneInfo
+
+import pytest
+from kubernetes.client.exceptions import ApiException
+
+from cluster.prometheus import Prometheus
+from integration.operator_fixtures import (  # noqa: F401 (fixtures)
+    Kube,
+    crd_fixture,
+    gpu_deployment,
+    operator_fixture,
+    wait_for,
+)
+from prescaler.metrics import Metrics
+
+pytestmark = [pytest.mark.cluster]
+
+MODEL = {"tokensPerSecond": 3750, "promptTokens": 600, "outputTokens": 150}
+
+
+def iso(ts: float, zone: str = "UTC") -> str:
+    """A naive local time in ``zone`` (the window's timeZone says how to read it)."""
+    return (
+        datetime.fromtimestamp(ts, ZoneInfo(zone))
+        .replace(tzinfo=None)
+        .isoformat(timespec="seconds")
+    )
+
+
+def ts(text: str) -> float:
+    return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+
+
+def _kube(kube: Any, namespace: str) -> Kube:
+    return Kube(kube, namespace)
+
+
+def _record_replicas(
+    k: Kube, name: str, until: Callable[[list[tuple[float, int, int]]], bool], timeout: float
+) -> list[tuple[float, int, int]]:
+    """Sample (time, spec.replicas, readyReplicas) until ``until(samples)`` or timeout."""
+    samples: list[tuple[float, int, int]] = []
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        d = k.deployment(name)
+        samples.append((time.time(), d.spec.replicas, d.status.ready_replicas or 0))
+        if until(samples):
+            return samples
+        time.sleep(0.2)
+    pytest.fail(f"timed out; replicas seen: {sorted({s[1] for s in samples})}")
+
+
+def test_dated_window_prewarms_by_start_minus_lead_and_scales_down_after(
+    kube: Any, namespace: str, operator: Metrics
+) -> None:
+    k = _kube(kube, namespace)
+    k.create_deployment(gpu_deployment("llm", 1, ready_delay="2s"))
+    zone = "Europe/Berlin"
+    lead, stabilization = 12, 6
+    start = round(time.time()) + 25
+    end = start + 15
+    k.create_pool(
+        "launch",
+        {
+            "target": {"name": "llm"},
+            "minReplicas": 1,
+            "maxReplicas": 6,
+            "model": MODEL,
+            "coldStart": {"mode": "fixed", "seconds": 3, "marginSeconds": 0},
+            "scaleDown": {"stabilizationSeconds": stabilization, "maxPercent": 50},
+            "schedules": [
+                {
+                    "name": "launch",
+                    "start": iso(start, zone),
+                    "end": iso(end, zone),
+                    "timeZone": zone,
+                    "minReplicas": 3,
+                    "leadSeconds": lead,
+                }
+            ],
+        },
+    )
+    wait_for(lambda: k.status("launch").get("nextWindow"), 20, "status.nextWindow")
+    window = k.status("launch")["nextWindow"]
+    assert ts(window["start"]) == start, "the naive time was read in the window's zone"
+    assert ts(window["prewarmAt"]) == start - lead
+
+    samples = _record_replicas(k, "llm", lambda s: s[-1][1] == 1 and s[-1][0] > end, timeout=90)
+    t_up = next(t for t, r, _ in samples if r >= 3)
+    t_ready = next(t for t, _, ready in samples if ready >= 3)
+    t_down = next(t for t, r, _ in samples if t > t_up and r < 3)
+    # Ordering on the window's timeline: not before the pre-warm, capacity ready before
+    # the start, and released only after the end and after stabilization.
+    assert start - lead - 1 <= t_up < start - lead + 5
+    assert t_ready < start
+    assert t_down >= end
+    assert t_down - t_up >= stabilization
+    replicas_seen = [r for _, r, _ in samples]
+    assert max(replicas_seen) == 3
+    assert 2 in replicas_seen[replicas_seen.index(3) :], "scale-down is paced (3 -> 2 -> 1)"
+    reasons = [e.reason for e in k.events("launch")]
+    assert reasons[:1] == ["ScaledUp"]
+    assert reasons.count("ScaledDown") == 2
+
+
+def test_hpa_floor_moves_min_replicas_and_never_writes_the_deployment(
+    kube: Any, namespace: str, operator: Metrics
+) -> None:
+    k = _kube(kube, namespace)
+    k.create_deployment(gpu_deployment("llm", 1, ready_delay="1s"))
+    k.autoscaling.create_namespaced_horizontal_pod_autoscaler(
+        namespace,
+        {
+            "metadata": {"name": "llm"},
+            "spec": {
+                "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "llm"},
+                "minReplicas": 1,
+                "maxReplicas": 6,
+                "metrics": [
+                    {
+                        "type": "Resource",
+                        "resource": {
+                            "name": "cpu",
+                            "target": {"type": "Utilization", "averageUtilization": 70},
+                        },
+                    }
+                ],
+            },
+        },
+    )
+    now = time.time()
+    window = {
+        "name": "busy",
+        "start": iso(now - 60),
+        "end": iso(now + 3600),
+        "minReplicas": 3,
+        "leadSeconds": 0,
+    }
+    spec = {
+        "target": {"kind": "HorizontalPodAutoscaler", "name": "llm"},
+        "mode": "hpaFloor",
+        "minReplicas": 1,
+        "maxReplicas": 6,
+        "model": MODEL,
+        "coldStart": {"mode": "fixed", "seconds": 1, "marginSeconds": 0},
+        "scaleDown": {"stabilizationSeconds": 2},
+        "schedules": [window],
+    }
+    k.create_pool("floor", spec)
+
+    def hpa_min() -> int:
+        return int(
+            k.autoscaling.read_namespaced_horizontal_pod_autoscaler(
+                "llm", namespace
+            ).spec.min_replicas
+        )
+
+    wait_for(lambda: hpa_min() == 3, 30, "HPA minReplicas raised to 3")
+    # The HPA controller, not prescaler, moves the Deployment to the floor.
+    wait_for(lambda: k.deployment("llm").spec.replicas == 3, 60, "the HPA to scale to its floor")
+    k.patch_pool("floor", {"schedules": None})
+    wait_for(lambda: hpa_min() == 1, 30, "HPA minReplicas lowered to 1")
+    managers = {(f.manager, f.subresource) for f in k.deployment("llm").metadata.managed_fields}
+    assert not any(manager == "prescaler-operator" for manager, _ in managers), managers
+    status = k.status("floor")
+    assert status["currentReplicas"] in (1, 2, 3)
+    assert all(e.reason in ("ScaledUp", "ScaledDown") for e in k.events("floor"))
+
+
+def test_cold_start_auto_learns_the_pod_delay(kube: Any, namespace: str, operator: Metrics) -> None:
+    delay = 6.0
+    k = _kube(kube, namespace)
+    k.create_deployment(gpu_deployment("llm", 1, ready_delay=f"{delay:g}s"))
+    now = time.time()
+    k.create_pool(
+        "learn",
+        {
+            "target": {"name": "llm"},
+            "maxReplicas": 6,
+            "model": MODEL,
+            "coldStart": {"mode": "auto", "seconds": 300, "samples": 10},
+            "schedules": [
+                {"name": "w", "start": iso(now - 5), "end": iso(now + 3600), "minReplicas": 4}
+            ],
+        },
+    )
+    first = wait_for(lambda: k.status("learn").get("coldStart"), 20, "status.coldStart")
+    assert first["source"] in ("assumed", "measured")
+    cold = wait_for(
+        lambda: (c := k.status("learn").get("coldStart")) and len(c.get("samples", [])) >= 4 and c,
+        60,
+        "four observed starts",
+    )
+    assert cold["source"] == "measured"
+    # Created -> Ready is the kwok delay plus scheduling; second-resolution timestamps.
+    assert delay - 1 <= cold["p90Seconds"] <= delay + 3, cold
+    assert all(delay - 1 <= s <= delay + 3 for s in cold["samples"]), cold
+    assert k.status("learn")["plan"]["lookaheadSeconds"] == pytest.approx(
+        cold["seconds"] + 60, abs=0.2
+    )
+
+
+def test_dry_run_changes_nothing_but_status(kube: Any, namespace: str, operator: Metrics) -> None:
+    k = _kube(kube, namespace)
+    k.create_deployment(gpu_deployment("llm", 1, ready_delay="1s"))
+    wait_for(lambda: (k.deployment("llm").status.ready_replicas or 0) == 1, 30, "the Deployment")
+    before = k.deployment("llm").metadata.resource_version
+    now = time.time()
+    k.create_pool(
+        "dry",
+        {
+            "target": {"name": "llm"},
+            "maxReplicas": 6,
+            "model": MODEL,
+            "dryRun": True,
+            "coldStart": {"mode": "fixed", "seconds": 1},
+            "standby": {"imagePrePull": {"enabled": True}, "placeholders": {"enabled": True}},
+            "schedules": [
+                {"name": "w", "start": iso(now - 5), "end": iso(now + 3600), "minReplicas": 4}
+            ],
+        },
+    )
+    wait_for(lambda: k.status("dry").get("desiredReplicas") == 4, 20, "a dry-run plan of 4")
+    observed = k.status("dry")["observedGeneration"]
+    time.sleep(3)  # several more reconciles
+    status = k.status("dry")
+    assert status["observedGeneration"] == observed
+    dry = next(c for c in status["conditions"] if c["type"] == "DryRun")
+    assert dry["status"] == "True"
+    assert k.deployment("llm").metadata.resource_version == before
+    assert k.deployment("llm").spec.replicas == 1
+    assert "lastScaleTime" not in status
+    assert k.events("dry") == []
+    assert k.apps.list_namespaced_daemon_set(namespace).items == []
+    assert [d.metadata.name for d in k.apps.list_namespaced_deployment(namespace).items] == ["llm"]
+
+
+BAD_SPECS: list[tuple[dict[str, Any], str]] = [
+    ({"minReplicas": 5, "maxReplicas": 2}, "minReplicas must not exceed maxReplicas"),
+    ({"mode": "hpaFloor"}, "mode hpaFloor goes with a HorizontalPodAutoscaler"),
+    ({"model": {"tokensPerSecond": 0}}, "tokensPerSecond"),
+    ({"model": {"tokensPerSecond": 10, "preset": "gpt-5"}}, "preset"),
+    ({"model": {"tokensPerSecond": 10, "preset": "llama-3.1-8b"}}, "gpuMemoryGiB is required"),
+    (
+        {
+            "schedules": [
+                {"name": "w", "start": "2030-01-01T00:00:00", "cron": "0 * * * *", "minReplicas": 1}
+            ]
+        },
+        "exactly one of start and cron",
+    ),
+    ({"schedules": [{"name": "w", "cron": "0 * * * *", "durationSeconds": 60}]}, "minReplicas or"),
+    ({"target": {"kind": "Pod", "name": "x"}}, "target.kind"),
+    ({"forecast": {"prometheus": {"url": "ftp://x"}}}, "url"),
+]
+
+
+def test_api_server_rejects_invalid_specs(kube: Any, namespace: str, crd: None) -> None:
+    k = _kube(kube, namespace)
+    base: dict[str, Any] = {"target": {"name": "llm"}, "model": dict(MODEL)}
+    for i, (change, fragment) in enumerate(BAD_SPECS):
+        with pytest.raises(ApiException) as info:
+            k.create_pool(f"bad-{i}", {**base, **change})
+        assert info.value.status == 422, change
+        assert fragment in info.value.body, (change, info.value.body)
+
+
+def test_semantically_invalid_pools_are_flagged_while_others_are_served(
+    kube: Any, namespace: str, operator: Metrics, prometheus: Prometheus
+) -> None:
+    k = _kube(kube, namespace)
+    k.create_deployment(gpu_deployment("llm", 1, ready_delay="1s"))
+    now = time.time()
+    base: dict[str, Any] = {"target": {"name": "llm"}, "maxReplicas": 6, "model": MODEL}
+    active = {"name": "w", "start": iso(now - 5), "end": iso(now + 3600), "minReplicas": 2}
+    k.create_pool("ghost", {**base, "target": {"name": "no-such-deployment"}})
+    k.create_pool(
+        "backwards",
+        {
+            **base,
+            "schedules": [
+                {"name": "w", "start": iso(now + 600), "end": iso(now + 60), "minReplicas": 3}
+            ],
+        },
+    )
+    k.create_pool(
+        "badql",
+        {
+            **base,
+            "forecast": {
+                "prometheus": {"url": prometheus.url},
+                "queries": {"requestsPerSecond": "sum(rate(vllm:request_success_total[5m]"},
+            },
+        },
+    )
+    k.create_pool("good", {**base, "schedules": [active]})
+
+    expected = {
+        "ghost": ("TargetNotFound", "no-such-deployment"),
+        "backwards": ("InvalidSpec", "ends before it starts"),
+        "badql": ("InvalidPromQL", "requests_per_second"),
+    }
+    for name, (reason, fragment) in expected.items():
+        cond = wait_for(
+            lambda n=name: (c := k.condition(n, "Invalid")) and c["status"] == "True" and c,
+            30,
+            f"{name} to be Invalid",
+        )
+        assert cond["reason"] == reason
+        assert fragment in cond["message"]
+        events = wait_for(lambda n=name: k.events(n), 10, f"a Warning event on {name}")
+        assert [(e.type, e.reason) for e in events][:1] == [("Warning", reason)]
+        assert "desiredReplicas" not in k.status(name)
+    wait_for(lambda: k.deployment("llm").spec.replicas == 2, 30, "the good pool to scale")
+    good = k.condition("good", "Invalid")
+    assert good is not None
+    assert good["status"] == "False"
+    # Fixing a pool clears Invalid.
+    k.patch_pool("ghost", {"target": {"name": "llm"}})
+    wait_for(
+        lambda: (c := k.condition("ghost", "Invalid")) and c["status"] == "False",
+        30,
+        "ghost to become valid",
+    )
+    assert k.deployment("llm").spec.replicas == 2

@@ -1,0 +1,220 @@
+"""The operator with a real Prometheus: forecast-driven pre-scaling and standby lifecycle.
+
+History is a backfilled daily cycle whose ramp falls a few minutes after the test starts
+(the backfill reaches a few minutes into the future, so the rate at "now" is real too).
+Cold starts are seconds (kwok delay), so the test runs in a few minutes.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from datetime import datetime
+from typing import Any
+
+import pytest
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from cluster.prometheus import Prometheus, vllm_samples
+from integration.operator_fixtures import (  # noqa: F401 (fixtures)
+    Kube,
+    crd_fixture,
+    gpu_deployment,
+    operator_fixture,
+    wait_for,
+)
+from prescaler.metrics import Metrics
+
+pytestmark = [pytest.mark.cluster, pytest.mark.prometheus]
+
+DAY = 86_400
+STEP = 60
+LOW, HIGH = 2.0, 18.0
+# 600 prompt + 150 output tokens per request (the harness' vLLM profile): 5 req/s per replica.
+MODEL = {"tokensPerSecond": 3750, "promptTokens": 600, "outputTokens": 150}
+REPLICA_RPS = 5.0
+
+
+def ts(text: str) -> float:
+    return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+
+
+def backfill_daily_ramp(prometheus: Prometheus, namespace: str, ramp_at: float) -> None:
+    """Three days of a daily cycle: LOW, except HIGH for 30 minutes from ``ramp_at``'s time
+    of day; from three days ago to 15 minutes ahead."""
+    start = ramp_at - 3 * DAY - 600
+    end = time.time() + 900
+    times = [start + 15 * i for i in range(int((end - start) // 15))]
+    rates = [HIGH if (t - ramp_at) % DAY < 1800 else LOW for t in times]
+    prometheus.backfill(vllm_samples(times, rates, namespace=namespace, model_name="llm"))
+
+
+def forecast_spec(prometheus: Prometheus, namespace: str, horizon: int) -> dict[str, Any]:
+    return {
+        "prometheus": {"url": prometheus.url},
+        "engine": "vllm",
+        "selector": f'namespace="{namespace}"',
+        "model": "seasonal_naive",
+        "lookbackSeconds": 3 * DAY,
+        "stepSeconds": STEP,
+        "horizonSeconds": horizon,
+        "refitSeconds": 60,
+        "quantile": 0.9,
+        "headroom": 1.0,
+    }
+
+
+def test_scales_up_ahead_of_the_forecast_ramp(
+    kube: Any, namespace: str, prometheus: Prometheus, operator: Metrics
+) -> None:
+    k = Kube(kube, namespace)
+    cold_start, margin = 20, 20
+    ramp_at = math.ceil((time.time() + 200) / STEP) * STEP
+    backfill_daily_ramp(prometheus, namespace, ramp_at)
+    k.create_deployment(gpu_deployment("llm", 1, ready_delay=f"{cold_start}s"))
+    k.create_pool(
+        "chat",
+        {
+            "target": {"name": "llm"},
+            "minReplicas": 1,
+            "maxReplicas": 8,
+            "model": MODEL,
+            "coldStart": {"mode": "fixed", "seconds": cold_start, "marginSeconds": margin},
+            "forecast": forecast_spec(prometheus, namespace, horizon=600),
+        },
+    )
+    first = wait_for(lambda: k.status("chat").get("forecast"), 60, "a forecast in status")
+    assert first["model"] == "seasonal_naive"
+    assert len(first["points"]) == 10
+    assert k.deployment("llm").spec.replicas == 1, "no reason to scale before the ramp nears"
+    healthy = k.condition("chat", "ForecastHealthy")
+    assert healthy is not None
+    assert healthy["status"] == "True"
+    assert k.condition("chat", "MetricsAvailable")["status"] == "True"  # type: ignore[index]
+
+    # Watch until the fleet grows; keep the forecast seen just before.
+    forecasts: list[dict[str, Any]] = []
+
+    def grown() -> bool:
+        status = k.status("chat")
+        if status.get("forecast"):
+            forecasts.append(status["forecast"])
+        return bool(k.deployment("llm").spec.replicas > 1)
+
+    wait_for(grown, ramp_at - time.time() + 30, "a scale-up", interval=0.5)
+    scaled = next(e for e in k.events("chat") if e.reason == "ScaledUp")
+    scaled_at = (scaled.event_time or scaled.first_timestamp).timestamp()
+    # Where the forecast rises above what one replica serves (start of that step).
+    points = forecasts[-1]["points"]
+    rise = next(ts(p["t"]) - STEP for p in points if p["upper"] > REPLICA_RPS)
+    assert abs(rise - ramp_at) <= STEP, (rise, ramp_at, points)
+    assert scaled_at <= rise - cold_start, (scaled_at, rise)
+    need = math.ceil(HIGH / REPLICA_RPS)
+    assert k.deployment("llm").spec.replicas >= need
+    # The point of it all: ready capacity is there when the demand arrives.
+    wait_for(
+        lambda: (k.deployment("llm").status.ready_replicas or 0) >= need,
+        max(1.0, ramp_at - time.time()),
+        f"{need} ready replicas before the ramp",
+    )
+    assert time.time() <= ramp_at + 1
+    status = k.status("chat")
+    assert status["plan"]["constraint"] in ("compute", "memory")
+    assert status["forecast"]["peak"] >= HIGH * 0.8
+    assert status["lastScaleUpTime"]
+
+
+def test_standby_objects_are_created_sized_and_collected(
+    kube: Any, namespace: str, prometheus: Prometheus, operator: Metrics
+) -> None:
+    k = Kube(kube, namespace)
+    # The ramp is inside the forecast horizon but beyond the lookahead: the plan keeps
+    # one replica and warm standby for the rest of the peak.
+    ramp_at = math.ceil((time.time() + 400) / STEP) * STEP
+    backfill_daily_ramp(prometheus, namespace, ramp_at)
+    k.create_deployment(gpu_deployment("llm", 1, ready_delay="1s"))
+    k.create_pool(
+        "warm",
+        {
+            "target": {"name": "llm"},
+            "maxReplicas": 8,
+            "model": MODEL,
+            "coldStart": {"mode": "fixed", "seconds": 5, "marginSeconds": 5},
+            "forecast": forecast_spec(prometheus, namespace, horizon=1200),
+            "standby": {
+                "imagePrePull": {"enabled": True},
+                "placeholders": {"enabled": True, "maxReplicas": 2},
+            },
+        },
+    )
+    status = wait_for(
+        lambda: (s := k.status("warm")).get("standby", {}).get("placeholders") and s,
+        60,
+        "standby in status",
+    )
+    standby = status["plan"]["standbyReplicas"]
+    assert standby == 2, status["plan"]  # peak needs 4, plan holds 1, capped at maxReplicas 2
+    holder = wait_for(
+        lambda: (d := k.deployment("warm-placeholder")).status.ready_replicas == standby and d,
+        30,
+        "placeholders running",
+    )
+    assert holder.spec.replicas == standby
+    pod_spec = holder.spec.template.spec
+    assert pod_spec.priority_class_name == "prescaler-placeholder"
+    assert pod_spec.containers[0].resources.requests["nvidia.com/gpu"] == "1"
+    priority = client.SchedulingV1Api(kube).read_priority_class("prescaler-placeholder")
+    assert priority.value < 0
+    daemonset = wait_for(
+        lambda: (
+            (d := k.apps.read_namespaced_daemon_set("warm-prepull", namespace)).status.number_ready
+            == 3
+            and d
+        ),
+        30,
+        "pre-pull pods on the 3 GPU nodes",
+    )
+    assert daemonset.spec.template.spec.containers[0].image == "vllm/vllm-openai:fake"
+    pool = k.pool("warm")
+    for obj in (holder, daemonset):
+        owners = obj.metadata.owner_references
+        assert [(o.kind, o.uid, o.controller) for o in owners] == [
+            ("InferencePool", pool["metadata"]["uid"], True)
+        ]
+    # kopf marks only what it needs on our own object, and nothing on the target.
+    assert pool["metadata"].get("finalizers") == ["prescaler.io/finalizer"]
+    assert not any("kopf" in key for key in (pool["metadata"].get("annotations") or {}))
+    target = k.deployment("llm")
+    assert not target.metadata.finalizers
+    assert not any(
+        "kopf" in key or "prescaler" in key for key in (target.metadata.annotations or {})
+    )
+
+    replicas_before = target.spec.replicas
+    k.delete_pool("warm")
+
+    def gone() -> bool:
+        try:
+            k.apps.read_namespaced_daemon_set("warm-prepull", namespace)
+            return False
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+        try:
+            k.deployment("warm-placeholder")
+            return False
+        except ApiException as exc:
+            return bool(exc.status == 404)
+
+    wait_for(gone, 60, "standby objects garbage-collected with the pool")
+    wait_for(
+        lambda: (
+            not k.custom.list_namespaced_custom_object(
+                "prescaler.io", "v1alpha1", namespace, "inferencepools"
+            )["items"]
+        ),
+        30,
+        "the pool to go",
+    )
+    assert k.deployment("llm").spec.replicas == replicas_before, "the target keeps its size"
