@@ -1,0 +1,149 @@
+"""Backtest benchmark: the real traces x cold starts 240/480 s, predictive vs reactive vs oracle.
+
+Run from the project root (the traces live in ``../shared/traces``)::
+
+    .venv/bin/python benchmarks/backtest_table.py            # all runs, updates README.md
+    .venv/bin/python benchmarks/backtest_table.py --jobs 1   # sequential (clean timings)
+
+It runs ``prescaler backtest`` once per (trace, cold start), keeps the JSON and timeline in
+``--out`` (default: a temporary directory), and rewrites only the part of
+``benchmarks/README.md`` between the ``backtest:begin``/``backtest:end`` markers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+TRACES = Path("../shared/traces")
+README = ROOT / "benchmarks" / "README.md"
+BEGIN, END = "<!-- backtest:begin -->", "<!-- backtest:end -->"
+COLD_STARTS = (240, 480)
+POLICIES = ("reactive", "predictive", "oracle")
+
+# One replica: 20k prompt+output tokens/s (compute-bound); demand scaled so that the
+# peak minute needs 40 replicas. The predictive policy's knobs are the operator's.
+COMMON = ["--replica-tokens-per-second", "20000", "--scale-to-peak-replicas", "40",
+          "--policies", ",".join(POLICIES), "--quiet"]
+
+SG = TRACES / "servegen_m_small" / "language__m-small"
+RUNS: dict[str, list[str]] = {
+    "servegen (14 d, 1-min decisions)": [
+        "--trace", f"{SG}_aggregate_rate_10min.csv", "--format", "servegen",
+        "--token-mix", f"{SG}_input_tokens_pdf.csv.gz", "--forecast-model", "prophet",
+        "--refit-minutes", "60",
+    ],
+    "azure code (1 h at 10x)": [
+        "--trace", str(TRACES / "azure_llm_2023" / "AzureLLMInferenceTrace_code.csv"),
+        "--format", "azure", "--time-scale", "10", "--trace-step-seconds", "600",
+    ],
+    "azure conv (1 h at 10x)": [
+        "--trace", str(TRACES / "azure_llm_2023" / "AzureLLMInferenceTrace_conv.csv"),
+        "--format", "azure", "--time-scale", "10", "--trace-step-seconds", "600",
+    ],
+    "nab taxi (last 28 d, 7 months of history)": [
+        "--trace", str(TRACES / "nab_nyc_taxi" / "nyc_taxi.csv"), "--format", "nab",
+        "--prompt-tokens", "1000", "--output-tokens", "200", "--replay-days", "28",
+        "--history-days", "35", "--forecast-model", "prophet", "--refit-minutes", "60",
+        "--decision-seconds", "300",
+    ],
+}
+
+
+def _one(name: str, args: list[str], cold: int, out: Path, extra: list[str]) -> dict[str, Any]:
+    slug = name.split(" ")[0] + ("-" + name.split(" ")[1] if name.startswith("azure") else "")
+    stem = out / f"{slug}-{cold}"
+    cmd = [sys.executable, "-m", "prescaler.cli", "backtest", *args, *COMMON, *extra,
+           "--cold-start-seconds", str(cold), "--json", f"{stem}.json",
+           "--timeline", f"{stem}.csv", "--plot", f"{stem}.png"]
+    t0 = time.perf_counter()
+    subprocess.run(cmd, cwd=ROOT, check=True)
+    body: dict[str, Any] = json.loads(Path(f"{stem}.json").read_text())
+    body["_wall"] = time.perf_counter() - t0
+    body["_name"] = name
+    print(f"done: {name} cold {cold}s in {body['_wall']:.0f}s", file=sys.stderr)
+    return body
+
+
+def _fmt_ratio(x: float | None) -> str:
+    return "n/a" if x is None else f"{x:.2f}"
+
+
+def table(results: list[dict[str, Any]]) -> str:
+    lines = [
+        "| trace | cold start | policy | shortfall min | unserved token frac | GPU-hours "
+        "| scale events | pred/react shortfall | pred/oracle GPU-h |",
+        "|---|---|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in results:
+        ratios = r.get("ratios", {})
+        for i, (policy, s) in enumerate(r["policies"].items()):
+            first = i == 0
+            r_short = _fmt_ratio(ratios.get("shortfall_predictive_over_reactive"))
+            r_gpu = _fmt_ratio(ratios.get("gpu_hours_predictive_over_oracle"))
+            lines.append(
+                f"| {r['_name'] if first else ''} | {r['cold_start_seconds']:.0f} s "
+                f"| {policy} | {s['shortfall_minutes']} | {s['unserved_token_fraction']:.4f} "
+                f"| {s['gpu_hours']:.1f} | {s['scale_events']} "
+                f"| {r_short if first else ''} | {r_gpu if first else ''} |"
+            )
+    return "\n".join(lines)
+
+
+def timings(results: list[dict[str, Any]]) -> str:
+    lines = ["| trace | cold start | minutes | predictive replay (s) | whole command (s) |",
+             "|---|---|---:|---:|---:|"]
+    for r in results:
+        lines.append(
+            f"| {r['_name']} | {r['cold_start_seconds']:.0f} s | {r['minutes']} "
+            f"| {r['runtime_seconds'].get('predictive', 0):.0f} | {r['_wall']:.0f} |"
+        )
+    return "\n".join(lines)
+
+
+def write_readme(section: str) -> None:
+    text = README.read_text() if README.exists() else "# Benchmarks\n"
+    block = f"{BEGIN}\n{section}\n{END}"
+    if BEGIN in text and END in text:
+        head, rest = text.split(BEGIN, 1)
+        _, tail = rest.split(END, 1)
+        text = head + block + tail
+    else:
+        text = text.rstrip("\n") + "\n\n## Backtest\n\n" + block + "\n"
+    README.write_text(text)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, help="keep JSON/CSV/PNG here")
+    parser.add_argument("--jobs", type=int, default=2)
+    parser.add_argument("--only", help="substring of the trace names to run")
+    parser.add_argument("--no-readme", action="store_true")
+    parser.add_argument("extra", nargs="*", help="extra backtest flags (after --)")
+    args = parser.parse_args()
+    out = args.out or Path(tempfile.mkdtemp(prefix="prescaler-bench-"))
+    out.mkdir(parents=True, exist_ok=True)
+    jobs = [(n, a, c) for n, a in RUNS.items() for c in COLD_STARTS
+            if args.only is None or args.only in n]
+    with ThreadPoolExecutor(max_workers=args.jobs) as pool:
+        results = list(pool.map(lambda j: _one(*j, out, args.extra), jobs))
+    tbl, tim = table(results), timings(results)
+    print(tbl)
+    print()
+    print(tim)
+    if not args.no_readme:
+        write_readme(f"{tbl}\n\nRun times (with {args.jobs} runs in parallel on 2 cores):\n\n{tim}")
+    print(f"outputs in {out}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
