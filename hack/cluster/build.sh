@@ -28,6 +28,13 @@ fi
 
 mkdir -p "$BIN" "$STAMPS"
 
+# One build at a time per cache (parallel `make` runs would race on the same outputs).
+exec 9>"$BIN/.build.lock"
+if ! flock -n 9; then
+    echo "cluster-bin: another build is running on $BIN; waiting for it"
+    flock 9
+fi
+
 # name | tools module | package
 TARGETS=(
     "etcd|etcd|go.etcd.io/etcd/server/v3"

@@ -9,7 +9,7 @@ Why our own launcher rather than ``kwokctl --runtime binary``: kwokctl downloads
 binaries and picks ports and flags itself; here every flag is visible, ports are free
 loopback ports (parallel runs do not collide), start-up waits on each component with a
 clear error and the component logs, and the pytest fixture stops exactly the PIDs it
-started, also when the test process dies (the children get SIGTERM from the kernel).
+started, also when the test process dies (the children get SIGKILL from the kernel).
 
 Usage::
 

@@ -2,9 +2,10 @@
 
 Every process is started in its own session so that a Ctrl-C in the terminal does not
 tear components down in a random order; the harness stops them itself, newest first.
-When ``tie_to_parent`` is set, the kernel also sends SIGTERM to the child if the
+When ``tie_to_parent`` is set, the kernel also sends SIGKILL to the child if the
 process that started it dies (Linux ``PR_SET_PDEATHSIG``), so a killed pytest run
-leaves nothing behind.
+leaves nothing behind. (SIGKILL, not SIGTERM: a kube-apiserver whose etcd is already
+gone can hang in its graceful shutdown; the state is throw-away.)
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ def free_port() -> int:
 
 def _die_with_parent() -> None:  # runs in the child between fork and exec
     libc = ctypes.CDLL(None, use_errno=True)
-    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
 
 
 @dataclass(frozen=True)
