@@ -34,6 +34,9 @@ def _up(run_dir: Path, gpu_delay_s: float) -> int:
     except ComponentError as e:
         print(f"cluster-up failed: {e}", file=sys.stderr)
         return 1
+    except Exception as e:  # e.g. an API error while creating the fake nodes
+        print(f"cluster-up failed: {e!r}; logs in {run_dir / 'logs'}", file=sys.stderr)
+        return 1
     took = time.monotonic() - t0
     rss = cluster.memory_bytes()
     print(f"cluster up in {took:.1f}s, API server {cluster.server}")

@@ -28,6 +28,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import shutil
 import ssl
 import time
 import urllib.request
@@ -157,8 +158,10 @@ class LocalCluster:
 
     def _start(self) -> None:
         self.run_dir.mkdir(parents=True, exist_ok=True)
+        for stale in ("etcd", "pki", "logs"):  # every start is a fresh cluster
+            shutil.rmtree(self.run_dir / stale, ignore_errors=True)
         logs = self.run_dir / "logs"
-        logs.mkdir(exist_ok=True)
+        logs.mkdir()
         self._pki = pki = make_pki(self.run_dir / "pki")
         bins = bin_dir()
         cfg = self.config
