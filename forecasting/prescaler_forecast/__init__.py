@@ -53,7 +53,7 @@ from prescaler_forecast._hygiene import (
     series_to_grid,
 )
 from prescaler_forecast._prophet import ProphetForecaster
-from prescaler_forecast._selection import Selection, SelectionConfig, select_model
+from prescaler_forecast._selection import Evidence, Selection, SelectionConfig, select_model
 from prescaler_forecast._service import AUTO, ForecastService
 from prescaler_forecast._types import (
     STATUS_INSUFFICIENT_HISTORY,
@@ -73,6 +73,7 @@ __all__ = [
     "Band",
     "EvaluationResult",
     "EventWindow",
+    "Evidence",
     "FittedModel",
     "Forecast",
     "ForecastPoint",

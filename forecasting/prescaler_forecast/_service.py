@@ -3,7 +3,9 @@
 :class:`ForecastService` owns, per pool:
 
 * **auto-selection** (:func:`select_model`), re-run every ``reselect_seconds`` (default 6 h)
-  or when the set of models with enough history changes;
+  or when the set of models with enough history changes; each run backtests only the new
+  history and pools it with the previous runs' evidence (48 h), and keeps the incumbent
+  unless a challenger is better by the margin;
 * the **refit cadence**: cheap models are refitted on every call; Prophet every
   ``refit_seconds`` (default 600), or sooner if its cached curve does not reach the horizon;
 * the **nowcast correction** of a cached Prophet fit between refits;
@@ -144,6 +146,7 @@ class ForecastService:
                 spec=self.spec,
                 refit_seconds=self.refit_seconds,
                 config=self.selection_config,
+                previous=self.selection,
             )
         return self._forecast(start, values, now, eligible)
 
@@ -167,6 +170,7 @@ class ForecastService:
                 self.spec,
                 self.refit_seconds,
                 self.selection_config,
+                self.selection,
             )
         name = self._chosen(eligible)
         runner = self.runner(name)
@@ -236,6 +240,7 @@ def _select(
     spec: ModelSpec,
     refit_seconds: float,
     config: SelectionConfig,
+    previous: Selection | None,
 ) -> Selection:
     """Positional wrapper of :func:`select_model` for ``run_in_executor``."""
     return select_model(
@@ -246,4 +251,5 @@ def _select(
         spec=spec,
         refit_seconds=refit_seconds,
         config=config,
+        previous=previous,
     )
