@@ -1,0 +1,146 @@
+"""Auto-selection: pooled evidence and the significance rule for switching models."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from prescaler_forecast import (
+    Evidence,
+    ModelSpec,
+    Selection,
+    SelectionConfig,
+    select_model,
+    series_to_grid,
+)
+from prescaler_forecast._selection import paired_t
+
+DAY = 86_400.0
+T0 = 1_704_067_200.0
+STEP = 600.0
+CANDIDATES = ("recent_trend", "seasonal_naive")
+
+
+def _evidence(first: float, last: float, a: np.ndarray, b: np.ndarray) -> Evidence:
+    """A chunk whose per-pair sMAPE terms are ``a`` (recent_trend) and ``b`` (seasonal)."""
+    return Evidence(
+        first=first,
+        last=last,
+        origins=len(a),
+        pairs=len(a),
+        sums={"recent_trend": float(a.sum()), "seasonal_naive": float(b.sum())},
+        squares={"recent_trend": float((a**2).sum()), "seasonal_naive": float((b**2).sum())},
+        cross={"recent_trend|seasonal_naive": float((a * b).sum())},
+    )
+
+
+def _grid(days: float = 3.0) -> tuple[float, np.ndarray]:
+    t = T0 + np.arange(round(days * DAY / STEP)) * STEP
+    rate = 100.0 * (1 + 0.3 * np.sin(2 * np.pi * (t - T0) / DAY))
+    return float(t[0]), rate
+
+
+def _select(previous: Selection, start: float, values: np.ndarray, now: float) -> Selection:
+    return select_model(
+        start,
+        values,
+        now,
+        candidates=CANDIDATES,
+        spec=ModelSpec("recent_trend", STEP, STEP),
+        refit_seconds=3600.0,
+        config=SelectionConfig(),
+        previous=previous,
+    )
+
+
+@pytest.mark.parametrize(
+    ("gap", "noise", "expected"),
+    [
+        (0.01, 0.10, "recent_trend"),  # lower on average, but within the noise: keep
+        (0.05, 0.02, "seasonal_naive"),  # clearly and consistently lower: switch
+    ],
+)
+def test_incumbent_is_kept_unless_the_challenger_is_significantly_better(
+    gap: float, noise: float, expected: str
+) -> None:
+    start, values = _grid()
+    now = start + len(values) * STEP
+    last = now - STEP  # the last origin whose horizon is observed
+    n = 200
+    incumbent_terms = np.random.default_rng(0).uniform(0.15, 0.25, n)
+    # Differences alternate gap ± noise: mean exactly ``gap``, spread ``noise``.
+    challenger_terms = incumbent_terms - gap + noise * np.resize([1.0, -1.0], n)
+    evidence = _evidence(last - (n - 1) * STEP, last, incumbent_terms, challenger_terms)
+    previous = Selection(
+        "recent_trend", 10.0, at=now - 6 * 3600, candidates=CANDIDATES, evidence=(evidence,)
+    )
+    chosen = _select(previous, start, values, now)
+    # Nothing new to backtest: the decision rests on the pooled evidence alone.
+    assert chosen.evidence == (evidence,)
+    assert chosen.scores["seasonal_naive"] < chosen.scores["recent_trend"]
+    assert chosen.model == expected
+    assert chosen.kept == (expected == "recent_trend")
+    t = paired_t([evidence], "recent_trend", "seasonal_naive")
+    assert (t >= SelectionConfig().switch_t) == (expected == "seasonal_naive")
+
+
+def test_without_an_incumbent_the_lowest_score_wins() -> None:
+    start, values = _grid()
+    now = start + len(values) * STEP
+    last = now - STEP
+    a = np.full(50, 0.12)
+    b = np.full(50, 0.11)
+    evidence = _evidence(last - 49 * STEP, last, a, b)
+    previous = Selection("recent_trend", None, at=now - 3600, evidence=(evidence,))
+    chosen = _select(previous, start, values, now)
+    assert chosen.model == "seasonal_naive"
+    assert not chosen.kept
+    assert chosen.score == pytest.approx(22.0)
+
+
+def test_paired_t_matches_a_direct_computation() -> None:
+    rng = np.random.default_rng(3)
+    a, b = rng.uniform(0, 0.3, 80), rng.uniform(0, 0.3, 80)
+    halves = [_evidence(0, 1, a[:30], b[:30]), _evidence(2, 3, a[30:], b[30:])]
+    d = a - b
+    direct = d.mean() / (d.std(ddof=1) / math.sqrt(len(d)))
+    assert paired_t(halves, "recent_trend", "seasonal_naive") == pytest.approx(direct)
+    assert paired_t(halves, "seasonal_naive", "recent_trend") == pytest.approx(-direct)
+
+
+def test_reselection_backtests_only_new_history_and_forgets_old(
+    seasonal: Callable[..., pd.Series],
+) -> None:
+    s = seasonal(days=4, step=STEP, amplitude=0.8, level=1000.0, seed=2)
+    start, values = series_to_grid(s, STEP)
+    config = SelectionConfig()
+    spec = ModelSpec("recent_trend", STEP, 1200.0)
+
+    def select(now: float, previous: Selection | None) -> Selection:
+        cut = round((now - start) / STEP)
+        return select_model(
+            start,
+            values[:cut],
+            now,
+            candidates=CANDIDATES,
+            spec=spec,
+            refit_seconds=3600.0,
+            config=config,
+            previous=previous,
+        )
+
+    first = select(T0 + 3 * DAY, None)
+    # Two days of seasonal history only: the span after seasonal-naive's one day (+ level).
+    assert 1 <= len(first.evidence) <= math.ceil(config.memory_seconds / config.window_seconds)
+    assert first.model == "seasonal_naive"
+    second = select(T0 + 3 * DAY + 6 * 3600, first)
+    new = [e for e in second.evidence if e not in first.evidence]
+    assert len(new) == 1
+    assert new[0].first > max(e.last for e in first.evidence)
+    assert new[0].origins == round(6 * 3600 / STEP)  # every step of the new 6 hours
+    assert min(e.first for e in second.evidence) >= second.at - config.memory_seconds - 1e-6
+    assert second.origins == sum(e.origins for e in second.evidence)
