@@ -108,7 +108,7 @@ for s in "${stale[@]}"; do
     (
         cd "$TOOLS/$mod"
         # CGO off: static binaries, no C toolchain needed.
-        CGO_ENABLED=0 go build -trimpath -ldflags="-s -w $ld" -o "$BIN/.$name.tmp" "$pkg"
+        CGO_ENABLED=0 go build -trimpath -buildvcs=false -ldflags="-s -w $ld" -o "$BIN/.$name.tmp" "$pkg"
     )
     mv -f "$BIN/.$name.tmp" "$BIN/$name"
     echo "$want" >"$STAMPS/$name"

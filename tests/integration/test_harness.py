@@ -335,6 +335,11 @@ def test_range_query_over_backfilled_history(prometheus: Prometheus) -> None:
     assert {r["metric"]["pod"] for r in labels["result"]} == {"a", "b"}
     assert {r["metric"]["model_name"] for r in labels["result"]} == {"m-small"}
 
+    assert prometheus.proc is not None
+    listeners = listening_sockets({prometheus.proc.pid})
+    assert listeners
+    assert all(s.is_loopback for s in listeners), listeners
+
     with pytest.raises(ValueError, match="11000"):
         prometheus.query_range(
             "vllm:num_requests_running", end - step * MAX_POINTS_PER_SERIES, end, step
