@@ -31,6 +31,7 @@ lead time), by **sMAPE over every (origin, step) pair** (see ``_evaluation``).
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
@@ -107,6 +108,8 @@ class Selection:
     """The candidates considered (those with enough history)."""
     evidence: tuple[Evidence, ...] = field(default=(), repr=False)
     """The pooled backtest chunks (the next selection reuses them)."""
+    seconds: float = 0.0
+    """Wall time of the selection (its backtests)."""
     kept: bool = False
     """Whether the incumbent was kept although a challenger scored lower (not significantly)."""
 
@@ -140,6 +143,7 @@ def select_model(
     """
     if not candidates:
         raise ValueError("no candidate models")
+    began = time.perf_counter()
     config = config or SelectionConfig()
     candidates = tuple(candidates)
     step = spec.step_seconds
@@ -194,6 +198,7 @@ def select_model(
         origins=origins,
         candidates=candidates,
         evidence=evidence,
+        seconds=time.perf_counter() - began,
         kept=kept,
     )
 
