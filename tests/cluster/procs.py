@@ -3,9 +3,11 @@
 Every process is started in its own session so that a Ctrl-C in the terminal does not
 tear components down in a random order; the harness stops them itself, newest first.
 When ``tie_to_parent`` is set, the kernel also sends SIGKILL to the child if the
-process that started it dies (Linux ``PR_SET_PDEATHSIG``), so a killed pytest run
-leaves nothing behind. (SIGKILL, not SIGTERM: a kube-apiserver whose etcd is already
-gone can hang in its graceful shutdown; the state is throw-away.)
+process that started it dies (Linux ``PR_SET_PDEATHSIG``, set by util-linux ``setpriv``
+just before it execs the component; no ``preexec_fn``, which is unsafe once the test
+process has threads), so a killed pytest run leaves nothing behind. SIGKILL, not SIGTERM:
+a kube-apiserver whose etcd is already gone can hang in its graceful shutdown, and the
+state is throw-away anyway.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -32,9 +35,12 @@ def free_port() -> int:
         return port
 
 
-def _die_with_parent() -> None:  # runs in the child between fork and exec
+def _die_with_parent() -> None:  # fallback without setpriv: runs between fork and exec
     libc = ctypes.CDLL(None, use_errno=True)
     libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+
+
+_SETPRIV = shutil.which("setpriv")
 
 
 @dataclass(frozen=True)
@@ -57,7 +63,10 @@ class Proc:
         if state == "Z":
             self._reap()
             return False
-        return cmdline.split(b"\0", 1)[0].decode(errors="replace") == self.binary
+        argv0 = cmdline.split(b"\0", 1)[0].decode(errors="replace")
+        # Right after start the PID may still be setpriv about to exec the component, or
+        # in the middle of that exec (an empty cmdline).
+        return argv0 in (self.binary, _SETPRIV, "")
 
     def _reap(self) -> None:
         with contextlib.suppress(ChildProcessError, OSError):
@@ -118,14 +127,20 @@ def start(
     """Start ``argv`` with stdout and stderr going to ``log_dir/<name>.log``."""
     log = log_dir / f"{name}.log"
     binary = str(argv[0])
+    command = list(argv)
+    preexec = None
+    if tie_to_parent and _SETPRIV is not None:
+        command = [_SETPRIV, "--pdeathsig", "KILL", "--", *command]
+    elif tie_to_parent:
+        preexec = _die_with_parent
     with log.open("ab") as out:
         popen = subprocess.Popen(
-            list(argv),
+            command,
             stdin=subprocess.DEVNULL,
             stdout=out,
             stderr=subprocess.STDOUT,
             start_new_session=True,
-            preexec_fn=_die_with_parent if tie_to_parent else None,
+            preexec_fn=preexec,
             env=env,
         )
     # The Popen object is dropped on purpose: the harness tracks the PID, and reaps it
