@@ -34,6 +34,12 @@ def register(registry: kopf.OperatorRegistry, runtime: Runtime) -> None:
 
     interval = runtime.settings.reconcile.interval_seconds
 
+    @kopf.on.login(registry=registry)
+    def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
+        # In-cluster service account, else KUBECONFIG (read now, not at import time).
+        info: kopf.ConnectionInfo | None = kopf.login_with_service_account(**kwargs)
+        return info or kopf.login_with_kubeconfig(**kwargs)
+
     @kopf.on.startup(registry=registry)
     def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
         configure_kopf(settings)
@@ -52,6 +58,8 @@ def register(registry: kopf.OperatorRegistry, runtime: Runtime) -> None:
         except KubeError as exc:
             raise kopf.TemporaryError(str(exc), delay=interval) from exc
 
-    @kopf.on.delete(GROUP, VERSION, PLURAL, registry=registry, optional=True)
-    def forget(**kwargs: Any) -> None:
-        runtime.reconciler.forget(_pool(kwargs))
+    # A raw watch event, not on.delete: no diffbase or progress annotations on the pool.
+    @kopf.on.event(GROUP, VERSION, PLURAL, registry=registry)
+    def forget(type: str | None, **kwargs: Any) -> None:
+        if type == "DELETED":
+            runtime.reconciler.forget(_pool(kwargs))

@@ -328,7 +328,8 @@ def test_semantically_invalid_pools_are_flagged_while_others_are_served(
     assert good is not None
     assert good["status"] == "False"
     # Fixing a pool clears Invalid.
-    k.patch_pool("ghost", {"target": {"name": "llm"}})
+    k.create_deployment(gpu_deployment("other", 1, ready_delay="1s"))
+    k.patch_pool("ghost", {"target": {"name": "other"}})
     wait_for(
         lambda: (c := k.condition("ghost", "Invalid")) and c["status"] == "False",
         30,
