@@ -220,8 +220,8 @@ def evaluate(case: Case, traces_dir: Path) -> list[Row]:
         means, uppers, truths = out[h]
         smape, mape, _, coverage = accuracy(np.array(means), np.array(uppers), np.array(truths))
         sel = (
-            f"{len(selections)} selections: first {selections[0]:.1f} s (backtests the 48 h "
-            f"memory), then median {float(np.median(selections[1:])):.1f} s"
+            f"{len(selections)} selections: first {selections[0]:.1f} s (backtests up to 48 h), "
+            f"then median {float(np.median(selections[1:])):.1f} s"
             if len(selections) > 1
             else f"{len(selections)} selection: {sum(selections):.1f} s"
         )
