@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 
 import pytest
@@ -100,6 +100,33 @@ def test_max_replicas_caps_and_says_so() -> None:
 
 def test_observed_demand_is_a_floor_under_a_lagging_forecast() -> None:
     assert run(forecast([2.0] * 10), current=2, observed=7.0) == 7
+
+
+def test_observed_headroom_is_a_nowcast_guard_above_the_observed_level() -> None:
+    # 1 req/s per replica: observed 3.0 x 1.5 = 4.5 needs 5, above a forecast of 2.
+    guarded = ScalingPolicy(max_replicas=20, observed_headroom=1.5)
+    assert run(forecast([2.0] * 10), current=2, observed=3.0) == 3
+    assert run(forecast([2.0] * 10), current=2, observed=3.0, policy=guarded) == 5
+    # A forecast above the guard still wins; without an observation there is no guard.
+    assert run(forecast([8.0] * 10), current=2, observed=3.0, policy=guarded) == 8
+    assert run(forecast([2.0] * 10), current=2, policy=guarded) == 2
+
+
+@pytest.mark.parametrize("bad", [0.5, 0.99, float("nan"), float("inf")])
+def test_observed_headroom_below_one_is_rejected(bad: float) -> None:
+    with pytest.raises(ValueError, match="observed headroom"):
+        ScalingPolicy(observed_headroom=bad)
+
+
+def test_a_metrics_gap_holds_when_scale_down_requires_observation() -> None:
+    low = forecast([1.0] * 10)
+    strict = ScalingPolicy(max_replicas=20, scale_down_requires_observation=True)
+    assert run(low, current=8, observed=None, policy=strict) == 8
+    assert run(low, current=8, observed=float("nan"), policy=strict) == 8
+    assert run(low, current=8, observed=1.0, policy=strict) == 4
+    assert run(low, current=8, observed=None) == 4  # off by default
+    # A gap never blocks a scale-up.
+    assert run(forecast([12.0] * 10), current=8, observed=None, policy=strict) == 12
 
 
 def test_missing_forecast_holds_and_never_shrinks() -> None:
@@ -312,6 +339,31 @@ def test_property_monotone_in_demand(
     low = plan(inputs(uppers, fleet, policy, cold)).desired_replicas
     high = plan(inputs(higher, fleet, policy, cold)).desired_replicas
     assert high >= low
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    uppers=st.one_of(st.none(), uppers_st),
+    fleet=fleet_st,
+    policy=policy_st,
+    cold=cold_st,
+    guard=st.floats(1.0, 3.0),
+)
+def test_property_observed_headroom_never_lowers_the_plan(
+    uppers: list[float] | None,
+    fleet: FleetState,
+    policy: ScalingPolicy,
+    cold: float,
+    guard: float,
+) -> None:
+    guarded = replace(policy, observed_headroom=guard)
+    base = plan(inputs(uppers, fleet, policy, cold))
+    more = plan(inputs(uppers, fleet, guarded, cold))
+    assert more.target_replicas >= base.target_replicas
+    assert more.desired_replicas >= base.desired_replicas
+    if fleet.observed_requests_per_second is not None:
+        need = CAPACITY.required(fleet.observed_requests_per_second * guard).replicas
+        assert more.target_replicas >= min(need, policy.max_replicas)
 
 
 @settings(max_examples=200, deadline=None)

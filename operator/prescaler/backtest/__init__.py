@@ -4,7 +4,8 @@ Module map:
 
 * ``_demand``   - trace -> per-minute demand (tokens/s truth, observed requests/s)
 * ``_fleet``    - replicas that become ready one cold start after they are requested
-* ``_policies`` - reactive (HPA v2), predictive (the operator's planner), oracle, schedule-only
+* ``_policies`` - reactive (HPA v2), predictive (the operator's planner), oracle, schedule-only,
+  persistence (a reference)
 * ``_simulate`` - the replay loop, the fluid queue, the scores and the timeline
 * ``_report``   - several policies at once, JSON, CSV and plots
 """
@@ -15,6 +16,7 @@ from prescaler.backtest._policies import (
     Forecaster,
     Observation,
     OraclePolicy,
+    PersistencePolicy,
     Policy,
     PredictivePolicy,
     ReactivePolicy,
@@ -47,6 +49,7 @@ __all__ = [
     "Forecaster",
     "Observation",
     "OraclePolicy",
+    "PersistencePolicy",
     "Policy",
     "PolicyRun",
     "PredictivePolicy",

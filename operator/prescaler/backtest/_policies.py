@@ -4,6 +4,8 @@
 * :class:`PredictivePolicy` - the operator's forecaster and planner (the same code).
 * :class:`OraclePolicy` - perfect foresight: the physical lower bound.
 * :class:`ScheduleOnlyPolicy` - KEDA-cron style: scheduled windows, else ``min_replicas``.
+* :class:`PersistencePolicy` - a reference: ``k`` x the last observed demand, released at
+  once. What a causal policy gets without any model; sweeping ``k`` traces its frontier.
 
 A policy only sees an :class:`Observation`: the clock, its own fleet and the demand history
 up to the metric lag. Only the oracle is handed the future, at construction.
@@ -231,6 +233,39 @@ class ScheduleOnlyPolicy:
         return min(want, self.max_replicas)
 
 
+# --------------------------------------------------------------------------- reference
+
+
+@dataclass
+class PersistencePolicy:
+    """Reference, not a product policy: ``ceil(k × demand seen now / capacity)`` replicas.
+
+    It sees what the HPA sees (demand ``metric_lag`` old, every 15 s), scales up and down
+    at once with no tolerance or stabilization, and has no model of the future: its
+    shortfall against GPU-hours over ``k`` is the frontier of "the next level is the last
+    level times a margin", the best a causal policy does when changes are unpredictable.
+    """
+
+    k: float
+    replica_tokens_per_second: float
+    min_replicas: int
+    max_replicas: int
+    interval: float = 15.0
+    name: str = "persistence"
+
+    def __post_init__(self) -> None:
+        if not (math.isfinite(self.k) and self.k > 0):
+            raise ValueError("the persistence factor k must be > 0")
+
+    @property
+    def interval_seconds(self) -> float:
+        return self.interval
+
+    def decide(self, obs: Observation) -> int:
+        want = _ceil(self.k * obs.metric_tokens_per_s / self.replica_tokens_per_second)
+        return min(max(want, self.min_replicas), self.max_replicas)
+
+
 # --------------------------------------------------------------------------- predictive
 
 
@@ -246,7 +281,10 @@ class PredictivePolicy:
 
     The fleet state it hands the planner is the simulated one, and the planner's own
     :func:`next_fleet_state` records scale times, exactly as the operator applies a plan.
-    ``observed_requests_per_second`` is the last observed minute (``None`` in a gap).
+    ``observed_requests_per_second`` is the demand the metrics pipeline shows now (the
+    HPA's signal, ``metric_lag`` old, in requests/s of the capacity model's mean size)
+    with ``fresh_observation``, else the last whole observed minute; ``None`` in a gap
+    (when the last observed minute is missing). The forecaster always gets whole minutes.
     """
 
     forecaster: Forecaster
@@ -257,6 +295,7 @@ class PredictivePolicy:
     interval: float = 60.0
     history_seconds: float | None = None
     """Only this much history is handed to the forecaster (``None``: all of it)."""
+    fresh_observation: bool = True
     name: str = "predictive"
     on_plan: Callable[[ScalePlan], None] | None = None
     _state: FleetState | None = field(default=None, repr=False)
@@ -274,6 +313,8 @@ class PredictivePolicy:
         if len(history):
             last = float(history.iloc[-1])
             observed = last if math.isfinite(last) else None
+            if observed is not None and self.fresh_observation:
+                observed = obs.metric_tokens_per_s / self.capacity.tokens.tokens_per_request
         forecast = self.forecaster.forecast(history, obs.now) if len(history) else None
         state = self._state or FleetState(current_replicas=obs.existing)
         state = FleetState(

@@ -136,6 +136,7 @@ def write_plots(result: BacktestResult, path: str | Path, *, title: str = "") ->
         "predictive": "tab:blue",
         "oracle": "tab:green",
         "schedule-only": "tab:purple",
+        "persistence": "tab:gray",
     }
     full, zoom, bars = plot_paths(path)
 

@@ -30,7 +30,7 @@ from prescaler.cli._common import (
     print_json,
 )
 
-POLICIES = ("reactive", "predictive", "oracle", "schedule-only")
+POLICIES = ("reactive", "predictive", "oracle", "schedule-only", "persistence")
 
 
 def _policies(text: str) -> list[str]:
@@ -51,6 +51,13 @@ def _quantile(text: str) -> float:
     value = positive_float(text)
     if not 0.5 <= value < 1:
         raise argparse.ArgumentTypeError(f"must be in [0.5, 1), got {text}")
+    return value
+
+
+def _at_least_one(text: str) -> float:
+    value = positive_float(text)
+    if not value >= 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {text}")
     return value
 
 
@@ -135,8 +142,25 @@ def register(subparsers: Any) -> None:
     )
     pol.add_argument("--decision-seconds", type=positive_float, default=60.0)
     pol.add_argument("--lead-margin-seconds", type=non_negative_float, default=60.0)
+    pol.add_argument(
+        "--observed-headroom",
+        type=_at_least_one,
+        default=1.0,
+        help="nowcast guard: plan at least the last observed demand times this",
+    )
     pol.add_argument("--scale-down-stabilization-seconds", type=non_negative_float, default=600.0)
     pol.add_argument("--scale-down-max-percent", type=positive_float, default=50.0)
+    pol.add_argument(
+        "--scale-down-requires-observation",
+        action="store_true",
+        help="no scale-down while the observed demand is missing (a metrics gap)",
+    )
+    pol.add_argument(
+        "--persistence-k",
+        type=positive_float,
+        default=1.4,
+        help="reference policy 'persistence': replicas for k x the demand seen now",
+    )
     pol.add_argument(
         "--history-days",
         type=positive_float,
@@ -216,6 +240,7 @@ def run(args: argparse.Namespace) -> int:
     from prescaler.backtest import (
         FleetConfig,
         OraclePolicy,
+        PersistencePolicy,
         Policy,
         PredictivePolicy,
         ReactivePolicy,
@@ -306,6 +331,12 @@ def run(args: argparse.Namespace) -> int:
                     config.step_seconds,
                 )
             )
+        elif name == "persistence":
+            policies.append(
+                PersistencePolicy(
+                    args.persistence_k, replica_tps, config.min_replicas, config.max_replicas
+                )
+            )
         elif name == "schedule-only":
             policies.append(
                 ScheduleOnlyPolicy(windows, capacity, config.min_replicas, config.max_replicas)
@@ -368,6 +399,8 @@ def _predictive(
             min_replicas=config.min_replicas,
             max_replicas=config.max_replicas,
             lead_margin_seconds=args.lead_margin_seconds,
+            observed_headroom=args.observed_headroom,
+            scale_down_requires_observation=args.scale_down_requires_observation,
             scale_down_stabilization_seconds=args.scale_down_stabilization_seconds,
             scale_down_max_percent=args.scale_down_max_percent,
         )

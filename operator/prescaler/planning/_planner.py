@@ -4,15 +4,19 @@ The rules, in order:
 
 1. **Lead time.** Replicas asked for now are ready one cold start from now, so the target
    is the largest requirement over ``[now, now + cold start + margin]``, computed on the
-   forecast's *upper* quantile. The latest observed demand is a floor under it, so a
-   forecast that lags a level shift never plans below what is already arriving.
+   forecast's *upper* quantile. The latest observed demand times ``observed_headroom`` is
+   a floor under it (the nowcast guard), so a forecast that lags a level shift never plans
+   below what is already arriving plus a margin. (The capacity model's own headroom
+   multiplies both.)
 2. **Windows.** Every scheduled window whose pre-warm span ``[start - lead, end)`` touches
    that lookahead adds its minimum (replicas, or load through the capacity model). The lead
    is stretched to the cold start plus margin when it is shorter, so the capacity is ready
    when the window opens.
 3. **Bounds.** The result is clamped to ``[min_replicas, max_replicas]``.
 4. **Missing data holds.** With no usable forecast (none, empty, stale or garbage), the
-   plan may grow on observed demand and windows but never shrinks.
+   plan may grow on observed demand and windows but never shrinks. With
+   ``scale_down_requires_observation``, a missing observation (a metrics gap) holds too:
+   a forecast that cannot be checked against the present does not release capacity.
 5. **Scale-down pacing.** Down moves happen at most once per stabilization period, only
    after a quiet period since the last scale-up, by a bounded step, and never below the
    windows' floor. Scale-up is immediate (optionally step-bounded).
@@ -66,12 +70,17 @@ class ScalingPolicy:
     max_replicas: int = 10
     lead_margin_seconds: float = 60.0
     """Added to the cold start: how much earlier than strictly needed capacity is ready."""
+    observed_headroom: float = 1.0
+    """Nowcast guard: the latest observed demand times this is a floor under the plan
+    (>= 1). It covers the next step's rise when the forecast lags a level shift."""
     scale_down_stabilization_seconds: float = 600.0
     """At most one scale-down per period, and none this soon after a scale-up."""
     scale_down_max_percent: float = 50.0
     """A scale-down step removes at most this share of current replicas (at least one)."""
     scale_up_max_step: int | None = None
     """Replicas added per decision at most; ``None`` means unbounded."""
+    scale_down_requires_observation: bool = False
+    """Hold (no scale-down) while the observed demand is missing, e.g. in a metrics gap."""
     forecast_max_age_seconds: float = 900.0
     """A forecast older than this is stale: hold, don't shrink."""
     standby_max_replicas: int = 0
@@ -86,6 +95,8 @@ class ScalingPolicy:
             raise ValueError("maxReplicas must be >= minReplicas and >= 1")
         if self.lead_margin_seconds < 0 or self.scale_down_stabilization_seconds < 0:
             raise ValueError("lead margin and stabilization must be >= 0")
+        if not (math.isfinite(self.observed_headroom) and self.observed_headroom >= 1):
+            raise ValueError("observed headroom must be a finite number >= 1")
         if not 0 < self.scale_down_max_percent <= 100:
             raise ValueError("scale-down step percent must be in (0, 100]")
         if self.scale_up_max_step is not None and self.scale_up_max_step < 1:
@@ -192,10 +203,16 @@ def plan(inputs: PlanInputs) -> ScalePlan:
             )
         )
     observed = fleet.observed_requests_per_second
-    if observed is not None and math.isfinite(observed) and observed >= 0:
-        need = capacity.required(observed)
+    seen = observed is not None and math.isfinite(observed) and observed >= 0
+    if observed is not None and seen:
+        need = capacity.required(observed * policy.observed_headroom)
+        extra = f" x{policy.observed_headroom:g}" if policy.observed_headroom != 1 else ""
         candidates.append(
-            (need.replicas, need.constraint, f"observed {observed:.3g} req/s needs {need.replicas}")
+            (
+                need.replicas,
+                need.constraint,
+                f"observed {observed:.3g} req/s{extra} needs {need.replicas}",
+            )
         )
 
     # A window pre-warms `lead` ahead, but never later than one cold start plus margin ahead.
@@ -218,8 +235,11 @@ def plan(inputs: PlanInputs) -> ScalePlan:
 
     current = fleet.current_replicas
     hard_floor = min(max(window_floor, policy.min_replicas), policy.max_replicas)
-    may_shrink = usable or not inputs.forecast_expected
+    blind = policy.scale_down_requires_observation and not seen
+    may_shrink = (usable and not blind) or not inputs.forecast_expected
     desired, action, reason = _pace(inputs, target, hard_floor, may_shrink, why)
+    if action == "hold" and usable and blind and inputs.forecast_expected:
+        reason = f"hold {current}: no observed demand, so no scale-down"
 
     standby = 0
     if policy.standby_max_replicas > 0 and points:
