@@ -48,7 +48,8 @@ GROUPS = 10
 
 
 def _children_rss_and_cpu() -> tuple[int, float]:
-    """RSS (bytes) and CPU seconds of this process' live child processes (fit workers)."""
+    """RSS (bytes) and CPU seconds of this process' forecast fit workers (the spawned
+    ``multiprocessing`` children; the cluster and Prometheus are children too, not counted)."""
     rss, cpu = 0, 0.0
     me = os.getpid()
     tick = os.sysconf("SC_CLK_TCK")
@@ -61,6 +62,11 @@ def _children_rss_and_cpu() -> tuple[int, float]:
         except OSError:
             continue
         if int(stat[1]) != me:
+            continue
+        try:
+            if b"multiprocessing" not in Path(f"/proc/{pid}/cmdline").read_bytes():
+                continue
+        except OSError:
             continue
         cpu += (int(stat[11]) + int(stat[12])) / tick
         rss += int(stat[21]) * page

@@ -50,7 +50,8 @@ def register(registry: kopf.OperatorRegistry, runtime: Runtime) -> None:
         PLURAL,
         registry=registry,
         interval=interval,
-        initial_delay=lambda **_: random.uniform(0, min(interval, 5.0)),
+        # Spread first runs over one period, so N pools do not fire in one burst.
+        initial_delay=lambda **_: random.uniform(0, interval),
     )
     async def reconcile(patch: kopf.Patch, **kwargs: Any) -> None:
         try:
