@@ -6,13 +6,16 @@ only timing assertions are orderings on the schedule's own timeline.
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Callable
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 from zoneinfo import ZoneInfo
 
 import pytest
+import yaml
 from kubernetes.client.exceptions import ApiException
 
 from cluster.prometheus import Prometheus
@@ -336,3 +339,14 @@ def test_semantically_invalid_pools_are_flagged_while_others_are_served(
         "ghost to become valid",
     )
     assert k.deployment("llm").spec.replicas == 2
+
+
+def test_the_api_server_accepts_the_readme_example(kube: Any, namespace: str, crd: None) -> None:
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    blocks = [yaml.safe_load(b) for b in re.findall(r"```yaml\n(.*?)```", readme, re.DOTALL)]
+    (pool,) = [b for b in blocks if b.get("kind") == "InferencePool"]
+    k = _kube(kube, namespace)
+    created = k.create_pool(pool["metadata"]["name"], pool["spec"])
+    # Defaults from the CRD schema are filled in by the API server itself.
+    assert created["spec"]["forecast"]["stepSeconds"] == 60
+    assert created["spec"]["schedules"][0]["name"] == "black-friday"
