@@ -216,3 +216,56 @@ def test_demand_from_trace_fills_gaps_for_truth_only() -> None:
     np.testing.assert_allclose(demand.tokens_per_s, [100, 200, 300])
     assert np.isnan(demand.observed_requests_per_s[1])
     assert demand.tokens_per_request == 100
+
+
+def test_persistence_reference_is_k_times_the_lagged_demand_released_at_once() -> None:
+    from prescaler.backtest import PersistencePolicy
+
+    # 1000 tokens/s per replica: 2500 -> 5000 -> 1000 tokens/s, k = 1.4.
+    demand = _demand([2500.0] * 10 + [5000.0] * 10 + [1000.0] * 10)
+    config = _config(cold=60.0, max_replicas=20, initial_replicas=4)
+    policy = PersistencePolicy(1.4, CAP, config.min_replicas, config.max_replicas)
+    run = simulate(demand, policy, config)
+    spm = config.steps_per_minute
+    existing = run.existing_per_minute(spm)
+    assert existing[5] == 4  # ceil(1.4 * 2.5)
+    assert existing[15] == 7  # ceil(1.4 * 5.0), seen 30 s after the step
+    assert existing[25] == 2  # ceil(1.4 * 1.0): no stabilization, released at once
+    # The step up is seen 30 s late and the new replicas need 60 s: minute 10 is short,
+    # minute 11 is covered from its second step on (the minimum still counts it).
+    sc = score(run, demand, config)
+    assert sc.shortfall_minutes == 2
+    with pytest.raises(ValueError, match="persistence factor"):
+        PersistencePolicy(0.0, CAP, 1, 2)
+
+
+def test_predictive_fresh_observation_is_the_lagged_metric_and_none_in_a_gap() -> None:
+    tokens = [1400.0] * 10 + [5000.0] * 10
+    demand = _demand(tokens)
+    observed = demand.observed_requests_per_s.copy()
+    observed[12:14] = np.nan  # a metrics gap
+    demand = Demand(demand.start, demand.tokens_per_s, observed, 80.0, 20.0)
+    capacity = CapacityModel(TokenProfile(80.0, 20.0), tokens_per_second=CAP)
+    seen: list[tuple[float, float | None]] = []
+
+    class _Spy(PredictivePolicy):
+        def decide(self, obs: Observation) -> int:
+            out = super().decide(obs)
+            assert self._state is not None
+            seen.append((obs.now, self._state.observed_requests_per_second))
+            return out
+
+    policy = _Spy(
+        forecaster=_LastValueForecaster(),
+        capacity=capacity,
+        policy=ScalingPolicy(min_replicas=1, max_replicas=20),
+        cold_start_seconds=240.0,
+    )
+    simulate(demand, policy, _config(cold=240.0, max_replicas=20))
+    by_minute = {round((now - demand.start) / 60): o for now, o in seen}
+    # At the start of minute 11 the metric (30 s old) already shows the step to 5000 tok/s
+    # (50 req/s of 100 tokens), while the last whole minute visible is minute 10.
+    assert by_minute[11] == pytest.approx(50.0)
+    assert by_minute[5] == pytest.approx(14.0)
+    # Minute 12 is a gap: its end is visible at the start of minute 14 -> None there.
+    assert by_minute[14] is None
