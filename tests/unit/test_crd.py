@@ -5,14 +5,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import pytest
 import yaml
 
 from prescaler.api import crd as crd_module
 
 ROOT = Path(__file__).resolve().parents[2]
 COMMITTED = ROOT / "crds" / crd_module.CRD_FILE
-CHART_COPY = ROOT / "charts" / "prescaler" / "crds" / crd_module.CRD_FILE
 
 
 def _schema() -> dict[str, Any]:
@@ -41,11 +39,6 @@ def test_check_mode_reports_drift(tmp_path: Path) -> None:
     assert crd_module.main(["--check", str(COMMITTED.parent)]) == 0
     (tmp_path / crd_module.CRD_FILE).write_text(crd_module.render().replace("ppool", "pp"))
     assert crd_module.main(["--check", str(tmp_path)]) == 1
-
-
-@pytest.mark.skipif(not CHART_COPY.exists(), reason="no Helm chart yet")
-def test_chart_copy_matches_the_models() -> None:
-    assert CHART_COPY.read_text() == crd_module.render()
 
 
 def test_schema_is_structural() -> None:
