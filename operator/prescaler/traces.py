@@ -97,8 +97,10 @@ class Trace:
         if not self.step_seconds > 0:
             raise TraceError(f"step must be > 0 seconds, got {self.step_seconds}")
         n = len(self.rps)
-        for label, arr in (("prompt_tokens", self.prompt_tokens),
-                           ("output_tokens", self.output_tokens)):
+        for label, arr in (
+            ("prompt_tokens", self.prompt_tokens),
+            ("output_tokens", self.output_tokens),
+        ):
             if arr is not None and len(arr) != n:
                 raise TraceError(f"{label} has {len(arr)} bins, rps has {n}")
 
@@ -133,8 +135,10 @@ class Trace:
         """
         n = len(self.rps)
         result: list[FloatArray] = []
-        for arr, default, label in ((self.prompt_tokens, prompt_tokens, "prompt"),
-                                    (self.output_tokens, output_tokens, "output")):
+        for arr, default, label in (
+            (self.prompt_tokens, prompt_tokens, "prompt"),
+            (self.output_tokens, output_tokens, "output"),
+        ):
             if arr is None:
                 if default is None:
                     raise TraceError(
@@ -267,7 +271,10 @@ def _require(path: Path, header: list[str], columns: tuple[str, ...], fmt: str) 
 def _chunks(path: Path, columns: tuple[str, ...]) -> Iterator[pd.DataFrame]:
     try:
         reader = pd.read_csv(
-            path, usecols=list(columns), chunksize=_CHUNK_ROWS, dtype=str,
+            path,
+            usecols=list(columns),
+            chunksize=_CHUNK_ROWS,
+            dtype=str,
             skipinitialspace=True,
         )
         yield from reader
@@ -406,9 +413,7 @@ def _grid(
     pos = (times - times[0]) / native
     idx = np.rint(pos).astype(np.int64)
     if np.abs(pos - idx).max() > 0.01:
-        raise TraceError(
-            f"{path}: timestamps are not on a regular {native:g}-second grid"
-        )
+        raise TraceError(f"{path}: timestamps are not on a regular {native:g}-second grid")
     grid = np.full(int(idx[-1]) + 1, np.nan)
     grid[idx] = values
     return native, grid
@@ -477,8 +482,16 @@ def load_trace(
         step = step_seconds if step_seconds is not None else DEFAULT_REQUEST_STEP_SECONDS
         return _load_requests(p, cols, fmt, step, time_scale)
     if fmt == "servegen":
-        trace = _load_rate(p, "t_sec", "rate_rps", fmt, epoch=SERVEGEN_EPOCH,
-                           zero_is_gap=True, unix_only=True, native_step=600.0)
+        trace = _load_rate(
+            p,
+            "t_sec",
+            "rate_rps",
+            fmt,
+            epoch=SERVEGEN_EPOCH,
+            zero_is_gap=True,
+            unix_only=True,
+            native_step=600.0,
+        )
     elif fmt == "nab":
         trace = _load_rate(p, "timestamp", "value", fmt, count_per_row=True, native_step=1800.0)
     else:
