@@ -133,12 +133,16 @@ def capacity_model(
 
 def scaling_policy(spec: InferencePoolSpec) -> ScalingPolicy:
     refit = spec.forecast.refit_seconds if spec.forecast is not None else 3600
+    guard = spec.forecast.observed_headroom if spec.forecast is not None else 1.0
     placeholders = spec.standby.placeholders
     try:
         return ScalingPolicy(
             min_replicas=spec.min_replicas,
             max_replicas=spec.max_replicas,
             lead_margin_seconds=spec.cold_start.margin_seconds,
+            observed_headroom=guard,
+            # Missing or garbage metrics never cause a scale-down.
+            scale_down_requires_observation=True,
             scale_down_stabilization_seconds=spec.scale_down.stabilization_seconds,
             scale_down_max_percent=spec.scale_down.max_percent,
             scale_up_max_step=spec.scale_up.max_step,

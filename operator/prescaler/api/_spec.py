@@ -213,6 +213,9 @@ class ForecastSpec(WireModel):
     """Upper quantile of the forecast that ready capacity must meet."""
     headroom: float = Field(default=1.2, ge=1, le=10)
     """Multiplier on the requirement for uneven arrivals and long-tail contexts."""
+    observed_headroom: float = Field(default=1.2, ge=1, le=10)
+    """Nowcast guard: the plan never falls below the latest observed demand times this
+    (and the headroom). It covers the next rise when the forecast lags a level shift."""
 
     model_config = ConfigDict(
         json_schema_extra=validations(
