@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-import yaml
 
 from prescaler.api import (
     InferencePoolSpec,
@@ -18,55 +17,7 @@ from prescaler.api import (
     scheduled_windows,
 )
 
-EXAMPLE = """
-apiVersion: prescaler.io/v1alpha1
-kind: InferencePool
-metadata:
-  name: llama-chat
-  namespace: serving
-spec:
-  target: {kind: Deployment, name: llama-chat}
-  mode: replicas
-  inferencePoolRef: {name: llama-chat}
-  minReplicas: 2
-  maxReplicas: 40
-  model:
-    preset: llama-3.1-70b
-    gpuMemoryGiB: 80
-    gpusPerReplica: 4
-    tokensPerSecond: 12000
-    contextQuantile: 0.95
-  coldStart: {mode: auto, seconds: 420, marginSeconds: 60, samples: 20}
-  forecast:
-    prometheus:
-      url: http://prometheus.monitoring:9090
-      authSecretRef: {name: prometheus-reader}
-    engine: vllm
-    selector: 'namespace="serving",model_name="llama-chat"'
-    lookbackSeconds: 1209600
-    model: auto
-    refitSeconds: 3600
-    quantile: 0.9
-    headroom: 1.3
-  schedules:
-    - name: black-friday
-      start: "2025-11-28T08:00:00"
-      end: "2025-11-28T23:00:00"
-      timeZone: America/New_York
-      expectedRequestsPerSecond: 120
-      leadSeconds: 1800
-    - name: weekday-morning
-      cron: "0 9 * * 1-5"
-      durationSeconds: 10800
-      timeZone: Europe/Berlin
-      minReplicas: 8
-      leadSeconds: 900
-  standby:
-    imagePrePull: {enabled: true}
-    placeholders: {enabled: true, maxReplicas: 4}
-  scaleDown: {stabilizationSeconds: 900, maxPercent: 25}
-  dryRun: false
-"""
+FORECAST = {"prometheus": {"url": "http://prometheus:9090"}}
 
 
 def _spec(**overrides: Any) -> dict[str, Any]:
@@ -78,23 +29,12 @@ def _spec(**overrides: Any) -> dict[str, Any]:
     return raw
 
 
-def test_the_readme_example_parses_and_converts() -> None:
-    spec = parse_spec(yaml.safe_load(EXAMPLE)["spec"])
-    check_spec(spec)
-    policy = scaling_policy(spec)
-    assert (policy.min_replicas, policy.max_replicas) == (2, 40)
-    assert policy.standby_max_replicas == 4
-    assert policy.scale_down_max_percent == 25
-    assert policy.lead_margin_seconds == 60
-    capacity = capacity_model(spec)
-    assert capacity.replica is not None
-    assert capacity.replica.model.name == "llama-3.1-70b"
-    assert capacity.replica.model.kv_bytes_per_token == 327_680
-    assert capacity.headroom == 1.3
-    windows = scheduled_windows(spec)
-    assert [w.name for w in windows] == ["black-friday", "weekday-morning"]
-    assert windows[0].start is not None
-    assert windows[1].cron == "0 9 * * 1-5"
+def test_operator_policy_guards_on_observed_demand_and_holds_without_metrics() -> None:
+    policy = scaling_policy(parse_spec(_spec(forecast={**FORECAST, "observedHeadroom": 1.4})))
+    assert policy.observed_headroom == 1.4
+    assert policy.scale_down_requires_observation
+    # A pool planned on schedules alone has no observation to guard on.
+    assert scaling_policy(parse_spec(_spec())).observed_headroom == 1.0
 
 
 def test_defaults_are_the_documented_ones() -> None:
