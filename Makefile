@@ -6,7 +6,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell sha1sum pyproject.toml | cut -c1-12)
-PACKAGES := operator/prescaler forecasting/prescaler_forecast
+PACKAGES := operator/prescaler forecasting/prescaler_forecast tests/cluster
 
 .PHONY: help venv lint typecheck importlint quality unit test demo crds
 .PHONY: cluster-bin prometheus-bin cluster-up cluster-down cluster-status
