@@ -6,6 +6,8 @@ Run from the project root (the traces live in ``../shared/traces``)::
     .venv/bin/python benchmarks/backtest_table.py --jobs 1   # sequential (clean timings)
     .venv/bin/python benchmarks/backtest_table.py --only servegen -- --observed-headroom 1.5
 
+``--only`` replaces just those runs' rows in the README and keeps the others.
+
 It runs ``prescaler backtest`` once per (trace, cold start), keeps the JSON and timeline in
 ``--out`` (default: a temporary directory), and rewrites only the part of
 ``benchmarks/README.md`` between the ``backtest:begin``/``backtest:end`` markers.
@@ -123,6 +125,52 @@ def timings(results: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def _rows_by_run(table_text: str) -> tuple[list[str], dict[tuple[str, str], list[str]]]:
+    """A Markdown table's header lines and its rows grouped by (trace, cold start).
+
+    In the results table a run's first row names the trace and the rest leave it blank;
+    in the timings table every row names it.
+    """
+    header: list[str] = []
+    groups: dict[tuple[str, str], list[str]] = {}
+    key: tuple[str, str] | None = None
+    for line in table_text.strip().splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(header) < 2:
+            header.append(line)
+            continue
+        if cells[0]:
+            key = (cells[0], cells[1])
+        if key is None:
+            raise ValueError(f"a row before any trace: {line!r}")
+        groups.setdefault(key, []).append(line)
+    return header, groups
+
+
+def merge_tables(old: str, new: str) -> str:
+    """``old`` with the runs that ``new`` has replaced in place (new runs appended)."""
+    header, old_groups = _rows_by_run(old)
+    _, new_groups = _rows_by_run(new)
+    merged = {k: new_groups.get(k, v) for k, v in old_groups.items()}
+    merged.update({k: v for k, v in new_groups.items() if k not in merged})
+    return "\n".join(header + [line for rows in merged.values() for line in rows])
+
+
+def merge_section(tbl: str, tim: str) -> str | None:
+    """The README's backtest section with only these runs' rows replaced, or ``None``
+    when the section is not in the expected shape (two tables split by a "Run times")."""
+    text = README.read_text() if README.exists() else ""
+    if BEGIN not in text or END not in text:
+        return None
+    old = text.split(BEGIN, 1)[1].split(END, 1)[0].strip("\n")
+    parts = old.split("\n\nRun times", 1)
+    if len(parts) != 2 or "\n\n" not in parts[1]:
+        return None
+    times_intro, old_tim = parts[1].split("\n\n", 1)
+    return (f"{merge_tables(parts[0], tbl)}\n\nRun times{times_intro}\n\n"
+            f"{merge_tables(old_tim, tim)}")
+
+
 def write_readme(section: str) -> None:
     text = README.read_text() if README.exists() else "# Benchmarks\n"
     block = f"{BEGIN}\n{section}\n{END}"
@@ -154,8 +202,13 @@ def main() -> int:
     print()
     print(tim)
     if not args.no_readme:
-        how = "one run at a time" if args.jobs == 1 else f"{args.jobs} runs in parallel"
-        write_readme(f"{tbl}\n\nRun times ({how}, on 2 shared cores):\n\n{tim}")
+        # A subset (--only) replaces its own rows and keeps the other runs' rows.
+        merged = merge_section(tbl, tim) if args.only is not None else None
+        if merged is not None:
+            write_readme(merged)
+        else:
+            how = "one run at a time" if args.jobs == 1 else f"{args.jobs} runs in parallel"
+            write_readme(f"{tbl}\n\nRun times ({how}, on 2 shared cores):\n\n{tim}")
     print(f"outputs in {out}", file=sys.stderr)
     return 0
 

@@ -11,7 +11,7 @@ Module map:
 """
 
 from prescaler.backtest._demand import Demand, demand_from_trace
-from prescaler.backtest._fleet import Fleet, cold_start_steps
+from prescaler.backtest._fleet import Fleet, cold_start_steps, replicas_needed, short_of
 from prescaler.backtest._policies import (
     Forecaster,
     Observation,
@@ -61,8 +61,10 @@ __all__ = [
     "fluid_queue",
     "oracle_replicas",
     "plot_paths",
+    "replicas_needed",
     "run_backtest",
     "score",
+    "short_of",
     "simulate",
     "timeline",
     "worst_ramp",

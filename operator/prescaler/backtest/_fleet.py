@@ -11,12 +11,42 @@ from __future__ import annotations
 import math
 from collections import deque
 
+import numpy as np
+
 
 def cold_start_steps(cold_start_seconds: float, step_seconds: float) -> int:
     """Steps from request to ready (a partial step rounds up: never earlier than the truth)."""
     if cold_start_seconds < 0:
         raise ValueError("cold start must be >= 0 seconds")
     return math.ceil(cold_start_seconds / step_seconds - 1e-9)
+
+
+def short_of(
+    ready: np.ndarray, tokens_per_s: np.ndarray, replica_tokens_per_second: float
+) -> np.ndarray:
+    """Where ``ready`` replicas serve less than the demand: ``ready × capacity < demand``.
+
+    The one definition of a shortfall. The score counts it and :func:`replicas_needed`
+    sizes against it, so a bound built on the latter is never short by the former.
+    """
+    ready_f = np.asarray(ready, dtype=float)
+    return np.asarray(ready_f * replica_tokens_per_second < np.asarray(tokens_per_s, dtype=float))
+
+
+def replicas_needed(tokens_per_s: np.ndarray, replica_tokens_per_second: float) -> np.ndarray:
+    """The fewest replicas that are not :func:`short_of` the demand, element-wise.
+
+    Exact against the shortfall test, not a tolerant ``ceil``: demand carries float noise
+    from resampling and scaling (400000.000012 tokens/s at 20000 per replica), and
+    ``ceil(x - 1e-9)`` would round that down to a count the score then counts as short.
+    """
+    tokens = np.maximum(np.asarray(tokens_per_s, dtype=float), 0.0)
+    need = np.ceil(tokens / replica_tokens_per_second)
+    # The division may round either way: settle the last replica on the comparison itself.
+    fewer = np.maximum(need - 1.0, 0.0)
+    need = np.where((need > 0) & ~short_of(fewer, tokens, replica_tokens_per_second), fewer, need)
+    need = np.where(short_of(need, tokens, replica_tokens_per_second), need + 1.0, need)
+    return np.asarray(need, dtype=np.int64)
 
 
 class Fleet:

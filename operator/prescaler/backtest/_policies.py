@@ -22,6 +22,7 @@ from typing import Protocol
 import numpy as np
 import pandas as pd
 
+from prescaler.backtest._fleet import replicas_needed
 from prescaler.capacity import CapacityModel
 from prescaler.planning import (
     FleetState,
@@ -166,13 +167,15 @@ def oracle_replicas(
 ) -> np.ndarray:
     """Replicas that must exist at each step for zero shortfall at minimum GPU time.
 
-    ``need[i] = ceil(demand[i] / capacity)``. A replica ready at step ``s`` was started at
-    ``s - lag`` and has existed since, so ``exist[i] >= max(need[i..i+lag])``; starting each
-    replica exactly ``lag`` steps before it is needed and removing it as soon as no later
-    need within ``lag`` steps holds it meets that bound with equality.
+    ``need[i]`` is the fewest replicas whose capacity covers ``demand[i]``, by the very
+    comparison the score counts shortfall with (:func:`replicas_needed`; no tolerance, which
+    would round demand a hair above a whole replica down). A replica ready at step ``s`` was
+    started at ``s - lag`` and has existed since, so ``exist[i] >= max(need[i..i+lag])``;
+    starting each replica exactly ``lag`` steps before it is needed and removing it as soon
+    as no later need within ``lag`` steps holds it meets that bound with equality.
     """
-    need = np.ceil(np.asarray(tokens_per_s_per_step) / replica_tokens_per_second - 1e-9)
-    need = np.clip(need, min_replicas, max_replicas).astype(np.int64)
+    need = replicas_needed(np.asarray(tokens_per_s_per_step), replica_tokens_per_second)
+    need = np.asarray(np.clip(need, min_replicas, max_replicas), dtype=np.int64)
     if lag_steps == 0:
         return need
     padded = np.concatenate([need, np.full(lag_steps, need[-1], dtype=np.int64)])

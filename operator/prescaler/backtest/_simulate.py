@@ -31,7 +31,7 @@ import numpy as np
 import pandas as pd
 
 from prescaler.backtest._demand import MINUTE, Demand
-from prescaler.backtest._fleet import Fleet, cold_start_steps
+from prescaler.backtest._fleet import Fleet, cold_start_steps, short_of
 from prescaler.backtest._policies import Observation, Policy
 
 FloatArray = np.ndarray
@@ -231,7 +231,7 @@ def score(run: PolicyRun, demand: Demand, config: FleetConfig) -> Score:
     cap = config.replica_tokens_per_second
     tokens_min = demand.replay_tokens_per_s[:minutes]
     ready_min = run.ready_per_minute(spm)
-    shortfall = int(np.count_nonzero(ready_min * cap < tokens_min))
+    shortfall = int(np.count_nonzero(short_of(ready_min, tokens_min, cap)))
     arrivals = np.repeat(tokens_min, spm) * dt
     capacity = run.ready_per_step.astype(float) * cap * dt
     queue, delayed = fluid_queue(arrivals, capacity)

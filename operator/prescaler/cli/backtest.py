@@ -237,6 +237,8 @@ class _Progress:
 
 
 def run(args: argparse.Namespace) -> int:
+    import numpy as np
+
     from prescaler.backtest import (
         FleetConfig,
         OraclePolicy,
@@ -247,6 +249,7 @@ def run(args: argparse.Namespace) -> int:
         ScheduleOnlyPolicy,
         demand_from_trace,
         oracle_replicas,
+        replicas_needed,
         run_backtest,
         write_plots,
         write_timeline,
@@ -289,9 +292,11 @@ def run(args: argparse.Namespace) -> int:
     if not peak > 0:
         raise CliError("--trace: the trace has no demand")
     if args.scale_to_peak_replicas is not None:
-        demand = demand.scaled(args.scale_to_peak_replicas * replica_tps / peak)
+        demand = demand.scaled(
+            _peak_factor(peak, args.scale_to_peak_replicas, replica_tps)
+        )
         peak = float(demand.replay_tokens_per_s.max())
-    peak_need = max(1, math.ceil(peak / replica_tps - 1e-9))
+    peak_need = max(1, int(replicas_needed(np.array([peak]), replica_tps)[0]))
     max_replicas = args.max_replicas if args.max_replicas is not None else 2 * peak_need
     if max_replicas < args.min_replicas:
         raise CliError("--max-replicas must be >= --min-replicas")
@@ -316,8 +321,6 @@ def run(args: argparse.Namespace) -> int:
         if name == "reactive":
             policies.append(ReactivePolicy(replica_tps, config.min_replicas, config.max_replicas))
         elif name == "oracle":
-            import numpy as np
-
             per_step = np.repeat(demand.tokens_per_s, config.steps_per_minute)
             policies.append(
                 OraclePolicy(
@@ -371,6 +374,23 @@ def run(args: argparse.Namespace) -> int:
     else:
         print_json(body)
     return 0
+
+
+def _peak_factor(peak: float, replicas: int, replica_tps: float) -> float:
+    """The demand scale that makes the peak need exactly ``replicas`` replicas.
+
+    ``replicas × capacity / peak`` can land the peak a float ulp above ``replicas``
+    replicas' capacity, which the shortfall test (and so the oracle) takes for one more
+    replica: step the factor down by ulps until it does not.
+    """
+    import numpy as np
+
+    from prescaler.backtest import replicas_needed
+
+    factor = replicas * replica_tps / peak
+    while int(replicas_needed(np.array([peak * factor]), replica_tps)[0]) > replicas:
+        factor = float(np.nextafter(factor, 0.0))
+    return factor
 
 
 def _predictive(
