@@ -10,13 +10,13 @@ import kopf
 
 from prescaler.api import GROUP, PLURAL, VERSION
 from prescaler.kube import KubeError
-from prescaler.reconcile import PoolObject
+from prescaler.reconcile import PoolObject, TargetClaim, target_claim, target_owner
 
 if TYPE_CHECKING:
     from prescaler.reconcile_runtime import Runtime
 
 
-def _pool(kwargs: dict[str, Any]) -> PoolObject:
+def _pool(kwargs: dict[str, Any], superseded_by: str | None = None) -> PoolObject:
     body = kwargs["body"]
     return PoolObject(
         namespace=body["metadata"]["namespace"],
@@ -25,6 +25,7 @@ def _pool(kwargs: dict[str, Any]) -> PoolObject:
         generation=body["metadata"].get("generation"),
         spec=dict(body.get("spec") or {}),
         status=dict(body.get("status") or {}),
+        superseded_by=superseded_by,
     )
 
 
@@ -44,6 +45,13 @@ def register(registry: kopf.OperatorRegistry, runtime: Runtime) -> None:
     def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
         configure_kopf(settings)
 
+    # Which pools claim which target, kept from the watch stream (no extra API calls).
+    # The id names the kwarg the index arrives as (a nested function's default is its qualname).
+    @kopf.index(GROUP, VERSION, PLURAL, registry=registry, id="pools_by_target")
+    def pools_by_target(body: kopf.Body, **_: Any) -> dict[Any, TargetClaim]:
+        key, claim = target_claim(body)
+        return {key: claim}
+
     @kopf.timer(
         GROUP,
         VERSION,
@@ -53,9 +61,13 @@ def register(registry: kopf.OperatorRegistry, runtime: Runtime) -> None:
         # Spread first runs over one period, so N pools do not fire in one burst.
         initial_delay=lambda **_: random.uniform(0, interval),
     )
-    async def reconcile(patch: kopf.Patch, **kwargs: Any) -> None:
+    async def reconcile(patch: kopf.Patch, body: kopf.Body, **kwargs: Any) -> None:
+        claims: kopf.Index[Any, TargetClaim] = kwargs["pools_by_target"]
+        key, me = target_claim(body)
+        owner = target_owner(me, claims.get(key, []))
         try:
-            patch.status.update(await runtime.reconciler.reconcile(_pool(kwargs)))
+            pool = _pool({"body": body, **kwargs}, superseded_by=owner)
+            patch.status.update(await runtime.reconciler.reconcile(pool))
         except KubeError as exc:
             raise kopf.TemporaryError(str(exc), delay=interval) from exc
 

@@ -13,7 +13,7 @@ import asyncio
 import contextlib
 import math
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from typing import Any
@@ -90,6 +90,8 @@ class PoolObject:
     generation: int | None
     spec: Mapping[str, Any]
     status: Mapping[str, Any]
+    superseded_by: str | None = None
+    """An older pool that already scales the same target (see :func:`target_owner`)."""
 
     @property
     def ref(self) -> ObjectRef:
@@ -110,6 +112,49 @@ class Gathered:
     snapshot: Snapshot | None
     metrics_problem: str | None
     forecast: ForecastResult | None
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class TargetClaim:
+    """A pool's claim on its target. Claims order by age: the oldest pool owns the target."""
+
+    created: str
+    """creationTimestamp (RFC 3339 in UTC, so it sorts as text)."""
+    name: str
+    blocked: bool = False
+    """The pool is Invalid for a reason of its own: it scales nothing, so it claims nothing."""
+
+
+TARGET_CONFLICT = "TargetConflict"
+
+
+def target_claim(pool: Mapping[str, Any]) -> tuple[tuple[str, str, str], TargetClaim]:
+    """The index key (namespace, target kind, target name) and the claim of a pool body."""
+    meta, spec = pool.get("metadata") or {}, pool.get("spec") or {}
+    target = spec.get("target") or {}
+    conditions = (pool.get("status") or {}).get("conditions") or []
+    blocked = any(
+        c.get("type") == "Invalid"
+        and c.get("status") == "True"
+        and c.get("reason") != TARGET_CONFLICT
+        for c in conditions
+    )
+    key = (
+        str(meta.get("namespace")),
+        str(target.get("kind", "Deployment")),
+        str(target.get("name")),
+    )
+    return key, TargetClaim(str(meta.get("creationTimestamp", "")), str(meta.get("name")), blocked)
+
+
+def target_owner(me: TargetClaim, claims: Iterable[TargetClaim]) -> str | None:
+    """The older pool that owns the target ``me`` also claims, or ``None`` if ``me`` does.
+
+    Two pools scaling one Deployment would undo each other's plans every cycle. The oldest
+    pool that is not itself broken keeps the target; every younger one is flagged Invalid.
+    """
+    rivals = sorted(c for c in claims if c.name != me.name and not c.blocked and c < me)
+    return rivals[0].name if rivals else None
 
 
 class InvalidPool(Exception):
@@ -154,6 +199,14 @@ class Reconciler:
                 gathered = await self._gather(pool, spec, windows, previous, now)
             except SpecError as exc:
                 raise InvalidPool("InvalidSpec", str(exc)) from None
+            # After the pool's own checks, so its own errors are the ones it reports.
+            if pool.superseded_by is not None:
+                target = f"{spec.target.kind}/{spec.target.name}"
+                raise InvalidPool(
+                    TARGET_CONFLICT,
+                    f"{target} is already scaled by InferencePool {pool.superseded_by} "
+                    "(the oldest pool keeps a target); point this pool elsewhere",
+                )
             capacity = self._capacity(spec, gathered.snapshot)
             decision = decide(spec, capacity, gathered, windows, previous, now)
             standby = await self._apply(pool, spec, decision, gathered, previous)

@@ -350,3 +350,34 @@ def test_the_api_server_accepts_the_readme_example(kube: Any, namespace: str, cr
     # Defaults from the CRD schema are filled in by the API server itself.
     assert created["spec"]["forecast"]["stepSeconds"] == 60
     assert created["spec"]["schedules"][0]["name"] == "black-friday"
+
+
+def test_two_pools_on_one_target_the_older_keeps_it(
+    kube: Any, namespace: str, operator: Metrics
+) -> None:
+    k = _kube(kube, namespace)
+    k.create_deployment(gpu_deployment("llm", 1, ready_delay="1s"))
+    now = time.time()
+    window = {"name": "w", "start": iso(now - 5), "end": iso(now + 3600)}
+    base: dict[str, Any] = {"target": {"name": "llm"}, "maxReplicas": 6, "model": MODEL}
+    k.create_pool("first", {**base, "schedules": [{**window, "minReplicas": 2}]})
+    wait_for(lambda: k.deployment("llm").spec.replicas == 2, 30, "the first pool to scale")
+    k.create_pool("second", {**base, "schedules": [{**window, "minReplicas": 4}]})
+
+    cond = wait_for(
+        lambda: (c := k.condition("second", "Invalid")) and c["status"] == "True" and c,
+        30,
+        "the second pool to be flagged",
+    )
+    assert cond["reason"] == "TargetConflict"
+    assert "InferencePool first" in cond["message"]
+    assert k.deployment("llm").spec.replicas == 2  # the younger pool changed nothing
+
+    # Once the owner is gone, the other pool takes the target over.
+    k.delete_pool("first")
+    wait_for(lambda: k.deployment("llm").spec.replicas == 4, 60, "the second pool to take over")
+    wait_for(
+        lambda: (c := k.condition("second", "Invalid")) and c["status"] == "False",
+        30,
+        "the conflict to clear",
+    )
