@@ -20,7 +20,6 @@ import yaml
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from cluster.kwok_stages import GPU_RESOURCE, READY_DELAY_ANNOTATION
 from cluster.launcher import LocalCluster
 from prescaler.api import GROUP, PLURAL, VERSION
 from prescaler.metrics import Metrics
@@ -125,37 +124,6 @@ def operator_fixture(
 
 
 # ---------------------------------------------------------------------- objects
-def gpu_deployment(
-    name: str, replicas: int, *, ready_delay: str | None = None, gpus: int = 1
-) -> dict[str, Any]:
-    annotations = {READY_DELAY_ANNOTATION: ready_delay} if ready_delay else {}
-    return {
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": {"name": name},
-        "spec": {
-            "replicas": replicas,
-            "selector": {"matchLabels": {"app": name}},
-            "template": {
-                "metadata": {"labels": {"app": name}, "annotations": annotations},
-                "spec": {
-                    "containers": [
-                        {
-                            "name": "vllm",
-                            "image": "vllm/vllm-openai:fake",
-                            "resources": {
-                                "requests": {"cpu": "1", GPU_RESOURCE: str(gpus)},
-                                "limits": {GPU_RESOURCE: str(gpus)},
-                            },
-                        }
-                    ],
-                    "terminationGracePeriodSeconds": 0,
-                },
-            },
-        },
-    }
-
-
 def pool_body(name: str, spec: dict[str, Any]) -> dict[str, Any]:
     return {
         "apiVersion": f"{GROUP}/{VERSION}",

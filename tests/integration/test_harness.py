@@ -13,7 +13,8 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from cluster.kwok_stages import GPU_RESOURCE, READY_DELAY_ANNOTATION
+from cluster import objects
+from cluster.kwok_stages import GPU_RESOURCE
 from cluster.launcher import LocalCluster, poll
 from cluster.netstat import listening_sockets
 from cluster.prometheus import (
@@ -29,32 +30,9 @@ from cluster.prometheus import (
 def gpu_deployment(
     name: str, replicas: int, *, gpus: int = 1, ready_delay: str | None = None
 ) -> dict[str, Any]:
-    annotations = {READY_DELAY_ANNOTATION: ready_delay} if ready_delay else {}
-    return {
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": {"name": name},
-        "spec": {
-            "replicas": replicas,
-            "selector": {"matchLabels": {"app": name}},
-            "template": {
-                "metadata": {"labels": {"app": name}, "annotations": annotations},
-                "spec": {
-                    "containers": [
-                        {
-                            "name": "vllm",
-                            "image": "vllm/vllm-openai:fake",
-                            "resources": {
-                                "requests": {"cpu": "4", GPU_RESOURCE: str(gpus)},
-                                "limits": {GPU_RESOURCE: str(gpus)},
-                            },
-                        }
-                    ],
-                    "terminationGracePeriodSeconds": 5,
-                },
-            },
-        },
-    }
+    return objects.gpu_deployment(
+        name, replicas, gpus=gpus, ready_delay=ready_delay, cpu="4", grace_seconds=5
+    )
 
 
 def kube_apis(kube: Any) -> tuple[Any, Any]:

@@ -18,11 +18,11 @@ import pytest
 import yaml
 from kubernetes.client.exceptions import ApiException
 
+from cluster.objects import gpu_deployment
 from cluster.prometheus import Prometheus
 from integration.operator_fixtures import (  # noqa: F401 (fixtures)
     Kube,
     crd_fixture,
-    gpu_deployment,
     operator_fixture,
     wait_for,
 )

@@ -16,11 +16,11 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from cluster.objects import gpu_deployment
 from cluster.prometheus import Prometheus, vllm_samples
 from integration.operator_fixtures import (  # noqa: F401 (fixtures)
     Kube,
     crd_fixture,
-    gpu_deployment,
     operator_fixture,
     wait_for,
 )
