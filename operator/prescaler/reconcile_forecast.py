@@ -19,11 +19,9 @@ import pandas as pd
 
 from prescaler.api import ForecastSpec
 from prescaler.metrics import Metrics
-from prescaler.planning import ScheduledWindow
+from prescaler.planning import ScheduledWindow, event_windows
 from prescaler.sources import PrometheusSource
-from prescaler_forecast import STATUS_OK, EventWindow, Forecast, ForecastService
-
-MAX_EVENTS = 200
+from prescaler_forecast import STATUS_OK, Forecast, ForecastService
 
 
 @dataclass
@@ -45,18 +43,6 @@ class ForecastResult:
     healthy: bool
     reason: str
     message: str
-
-
-def event_windows(
-    windows: Sequence[ScheduledWindow], since: float, until: float
-) -> list[EventWindow]:
-    """Past and future occurrences as Prophet regressors (one regressor per window name)."""
-    events: list[EventWindow] = []
-    for window in windows:
-        name = window.name.replace("-", "_")
-        for occurrence in window.occurrences(since, until)[:MAX_EVENTS]:
-            events.append(EventWindow(start=occurrence.start, end=occurrence.end, name=name))
-    return events[:MAX_EVENTS]
 
 
 @dataclass

@@ -409,3 +409,15 @@ def test_property_ready_capacity_covers_the_upper_quantile_one_cold_start_ahead(
         if point.t - STEP <= NOW + cold:
             need = CAPACITY.required(point.upper).replicas
             assert desired >= min(need, policy.max_replicas)
+
+
+def test_event_windows_cover_past_and_future_occurrences_with_safe_names() -> None:
+    from prescaler.planning import event_windows
+
+    window = ScheduledWindow(
+        "black-friday", cron="0 8 * * *", duration_seconds=3600, min_replicas=3
+    )
+    events = event_windows([window], NOW - 3 * 86400, NOW + 86400)
+    assert len(events) == 5  # 08:00 UTC on days -3 .. +1 (NOW is 08:00 UTC itself)
+    assert {e.name for e in events} == {"black_friday"}
+    assert all(e.end - e.start == 3600 for e in events)

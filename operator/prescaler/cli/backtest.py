@@ -292,9 +292,7 @@ def run(args: argparse.Namespace) -> int:
     if not peak > 0:
         raise CliError("--trace: the trace has no demand")
     if args.scale_to_peak_replicas is not None:
-        demand = demand.scaled(
-            _peak_factor(peak, args.scale_to_peak_replicas, replica_tps)
-        )
+        demand = demand.scaled(_peak_factor(peak, args.scale_to_peak_replicas, replica_tps))
         peak = float(demand.replay_tokens_per_s.max())
     peak_need = max(1, int(replicas_needed(np.array([peak]), replica_tps)[0]))
     max_replicas = args.max_replicas if args.max_replicas is not None else 2 * peak_need
@@ -402,6 +400,7 @@ def _predictive(
     scaling_policy: Any,
     predictive_policy: Any,
 ) -> Any:
+    from prescaler.planning import event_windows
     from prescaler_forecast import ForecastService
 
     step = args.forecast_step
@@ -414,6 +413,8 @@ def _predictive(
             horizon_seconds=horizon,
             step_seconds=step,
             quantile=args.quantile,
+            # As the operator does: the windows' occurrences are the forecaster's events.
+            events=event_windows(windows, float(demand.start), float(demand.times()[-1]) + horizon),
         )
         policy = scaling_policy(
             min_replicas=config.min_replicas,

@@ -12,7 +12,7 @@ from prescaler.planning._planner import (
     next_fleet_state,
     plan,
 )
-from prescaler.planning._windows import Occurrence, ScheduledWindow
+from prescaler.planning._windows import Occurrence, ScheduledWindow, event_windows
 
 __all__ = [
     "Action",
@@ -25,6 +25,7 @@ __all__ = [
     "ScalePlan",
     "ScalingPolicy",
     "ScheduledWindow",
+    "event_windows",
     "next_fleet_state",
     "plan",
 ]

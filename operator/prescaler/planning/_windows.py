@@ -8,13 +8,18 @@ requested ``lead`` before the window starts, so it is ready when the window open
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from itertools import takewhile
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from croniter import croniter
+
+from prescaler_forecast import EventWindow
+
+MAX_EVENTS = 200
+"""Occurrences handed to the forecaster at most (each becomes regressor rows)."""
 
 
 def _zone(name: str) -> ZoneInfo:
@@ -121,3 +126,16 @@ class ScheduledWindow:
     def next_occurrence(self, now: float) -> Occurrence | None:
         """The occurrence in progress at ``now``, or the next one to come."""
         return next(self._upcoming(now), None)
+
+
+def event_windows(
+    windows: Sequence[ScheduledWindow], since: float, until: float
+) -> list[EventWindow]:
+    """Past and future occurrences as Prophet regressors (one regressor per window name), so a
+    past Black Friday teaches the next one its lift. The operator and the backtest share it."""
+    events: list[EventWindow] = []
+    for window in windows:
+        name = window.name.replace("-", "_")
+        for occurrence in window.occurrences(since, until)[:MAX_EVENTS]:
+            events.append(EventWindow(start=occurrence.start, end=occurrence.end, name=name))
+    return events[:MAX_EVENTS]
