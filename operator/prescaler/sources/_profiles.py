@@ -3,13 +3,20 @@
 A profile is a set of query templates; ``$sel`` becomes the pool's label matchers (or
 nothing), ``$window`` the rate window and ``$quantile`` the context-length quantile. Any
 query can be replaced by the user's own PromQL (``spec.forecast.queries``).
+
+``$window`` is the operator's rate window (``2m``) for the instant reads of "demand now".
+The demand *history* picks its own window (one history step, see
+:meth:`prescaler.sources.PrometheusSource.history`), so the requests/s query is also kept
+with ``$window`` open (:attr:`Queries.requests_per_second_template`). A custom requests/s
+query may use ``$window`` too; one without it is used verbatim everywhere.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields, replace
+import re
+from dataclasses import dataclass, replace
 from string import Template
-from typing import Literal
+from typing import Literal, get_args
 
 QueryName = Literal[
     "requests_per_second",
@@ -19,6 +26,7 @@ QueryName = Literal[
     "waiting",
     "context_tokens",
 ]
+QUERY_NAMES: tuple[QueryName, ...] = get_args(QueryName)
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,9 +41,48 @@ class Queries:
     waiting: str
     context_tokens: str
     """Context length (prompt + output) at the planning quantile."""
+    rate_window_seconds: float = 120.0
+    """The rate window ``$window`` was rendered with, in seconds."""
+    requests_per_second_template: str | None = None
+    """``requests_per_second`` with ``$window`` left open, for a history read at its own
+    window; ``None`` when the query has no ``$window`` (it is then used as is)."""
 
     def items(self) -> list[tuple[QueryName, str]]:
-        return [(f.name, getattr(self, f.name)) for f in fields(self)]  # type: ignore[misc]
+        """The queries by name (what a snapshot reads)."""
+        return [(name, getattr(self, name)) for name in QUERY_NAMES]
+
+    def requests_per_second_at(self, window_seconds: float) -> str:
+        """The requests/s query with a rate window of ``window_seconds`` (verbatim when
+        it has no ``$window``)."""
+        if self.requests_per_second_template is None:
+            return self.requests_per_second
+        return Template(self.requests_per_second_template).substitute(
+            window=format_duration(window_seconds)
+        )
+
+
+_DURATION = re.compile(r"(\d+)(ms|y|w|d|h|m|s)")
+_UNIT_SECONDS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86_400, "w": 604_800}
+_UNIT_SECONDS["y"] = 365 * 86_400
+
+
+def parse_duration(text: str) -> float:
+    """Seconds of a Prometheus duration such as ``2m``, ``90s`` or ``1h30m``."""
+    parts = _DURATION.findall(text.strip())
+    if not parts or "".join(n + u for n, u in parts) != text.strip():
+        raise ValueError(f"not a Prometheus duration: {text!r}")
+    seconds = sum(int(n) * _UNIT_SECONDS[u] for n, u in parts)
+    if seconds <= 0:
+        raise ValueError(f"duration must be > 0: {text!r}")
+    return float(seconds)
+
+
+def format_duration(seconds: float) -> str:
+    """A Prometheus duration for ``seconds`` (whole seconds, else milliseconds)."""
+    ms = round(seconds * 1000)
+    if ms <= 0:
+        raise ValueError(f"duration must be > 0, got {seconds!r}")
+    return f"{ms // 1000}s" if ms % 1000 == 0 else f"{ms}ms"
 
 
 def _context(prompt_bucket: str, output_sum: str, count: str) -> str:
@@ -96,18 +143,33 @@ def render_queries(
 ) -> Queries:
     """The engine's queries for one pool; ``overrides`` (by field name) replace them as given.
 
-    Overrides are used verbatim except that ``$quantile`` is substituted, so a custom
-    context-length query can follow the pool's quantile.
+    Overrides are used verbatim except that ``$quantile`` and ``$window`` are substituted,
+    so a custom context-length query can follow the pool's quantile and a custom rate
+    query the rate window (the history's own, for requests/s).
     """
     try:
         profile = PROFILES[engine]
     except KeyError:
         raise ValueError(f"unknown engine {engine!r}; known: {', '.join(PROFILES)}") from None
+    window_seconds = parse_duration(window)
     sel = "{" + selector.strip().strip("{}") + "}" if selector.strip().strip("{}") else ""
     values = {"sel": sel, "window": window, "quantile": f"{quantile:g}"}
     rendered = {name: Template(text).substitute(values) for name, text in profile.items()}
+    rps_template: str | None = Template(profile.requests_per_second).safe_substitute(
+        sel=sel, quantile=values["quantile"]
+    )
     for name, text in (overrides or {}).items():
         if name not in rendered:
             raise ValueError(f"unknown query {name!r}")
-        rendered[name] = Template(text).safe_substitute(quantile=values["quantile"])
-    return replace(profile, **rendered)
+        rendered[name] = Template(text).safe_substitute(quantile=values["quantile"], window=window)
+        if name == "requests_per_second":
+            open_window = "window" in Template(text).get_identifiers()
+            rps_template = (
+                Template(text).safe_substitute(quantile=values["quantile"]) if open_window else None
+            )
+    return replace(
+        profile,
+        **rendered,
+        rate_window_seconds=window_seconds,
+        requests_per_second_template=rps_template,
+    )

@@ -163,39 +163,99 @@ class PrometheusSource:
         return Snapshot(at=at, problems=tuple(problems), **values)
 
     def history(self, start: float, end: float, step_seconds: float) -> pd.Series:
-        """Requests/s over ``[start, end]`` at ``step_seconds``, indexed by UTC time.
+        """Mean requests/s of each ``step_seconds`` interval, indexed by the interval's START.
 
-        Long ranges are split to stay under Prometheus' per-query point cap; gaps and
-        garbage samples are dropped (the forecaster handles the missing steps).
+        The sample indexed ``s`` is the mean demand over ``[s, s + step)``; stamps are
+        multiples of the step (the forecasting grid's bins, anchored at the unix epoch),
+        from the first at or after ``start`` to the last whose data ends by ``end``, so
+        each sample describes a fully observed interval. Gaps and garbage samples are
+        dropped (the forecaster handles the missing steps); long ranges are split to stay
+        under Prometheus' per-query point cap.
+
+        **Alignment.** Prometheus stamps ``rate(x[W])`` at time ``t`` with the mean over the
+        window that *ends* at ``t``, ``(t - W, t]``, while the forecasting grid reads a
+        sample as the interval that *starts* at its stamp. Read naively (``W`` = 2 min
+        stamped at ``t``, taken as ``[t, t + 60 s)``), history runs 90 s late: on a real
+        Prometheus, yesterday's step from 2 to 20 req/s at ``T`` read 2.0 for
+        ``[T, T + 60)``, 11.0 for ``[T + 60, T + 120)`` and 20 only after that, and the
+        fleet was pre-scaled that much too late. So the query's window and its stamps are
+        chosen here, and each sample is re-stamped to the start of the step it describes:
+
+        * The rate window follows the step (``W = step``, e.g. ``rate(x[60s])`` on a 60 s
+          grid), queried at the END of each step and re-stamped by ``-step``: each bin is
+          exactly the mean over that step (measured: 2.0 before ``T``, 20.0 from ``T``),
+          with no smoothing and no lag. This needs at least two scrapes per step.
+        * If that leaves more than a tenth of the steps empty (a scrape interval too long
+          for the step, e.g. 60 s scrapes and a 60 s step), the operator's wider rate
+          window (``Queries.rate_window_seconds``, 2 min) is read as well and used when it
+          fills clearly more steps. A window ``W`` wider than the step is *centred* on
+          the step it describes (queried at ``s + (step + W) / 2``): smoothed over ``W``
+          but still without lag, at the price of the newest ``(W - step) / 2`` of history.
+        * A custom requests/s query without ``$window`` is used as is and read as the mean
+          over the step that ends at its stamp.
+
+        The instant reads of :meth:`snapshot` keep the operator's rate window: "demand
+        now" is the mean over the last ``W`` before ``at``, a floor for the planner, not a
+        point on this grid.
+        """
+        step = float(step_seconds)
+        if not (math.isfinite(step) and step > 0):
+            raise ValueError(f"step_seconds must be a finite number > 0, got {step_seconds!r}")
+        queries = self.queries
+        first = math.ceil(start / step - 1e-9) * step
+        if queries.requests_per_second_template is None:
+            return self._history_at(queries.requests_per_second, first, end, step, step)
+        series = self._history_at(queries.requests_per_second_at(step), first, end, step, step)
+        wide = queries.rate_window_seconds
+        if wide > step:
+            expected = _steps(first, end - step, step)
+            if expected > 0 and len(series) < 0.9 * expected:
+                query = queries.requests_per_second_at(wide)
+                smooth = self._history_at(query, first, end, step, wide)
+                if len(smooth) > 1.2 * len(series):
+                    series = smooth
+        return series
+
+    def _history_at(
+        self, query: str, first: float, end: float, step: float, window: float
+    ) -> pd.Series:
+        """Samples of ``query`` (a rate over ``window``) re-stamped to the steps they describe.
+
+        The sample for the step ``[s, s + step)`` is read at ``s + (step + window) / 2``,
+        the end of a window centred on that step (``s + step`` when the window is the step).
         """
         name: QueryName = "requests_per_second"
-        query = self.queries.requests_per_second
-        chunk = MAX_POINTS_PER_QUERY * step_seconds
-        stamps: list[float] = []
-        values: list[float] = []
-        lo = start
-        while lo <= end:
-            hi = min(end, lo + chunk)
+        shift = (step + window) / 2
+        count = _steps(first, end - shift, step)
+        sums: dict[int, float] = {}
+        for lo in range(0, count, MAX_POINTS_PER_QUERY):
+            hi = min(count, lo + MAX_POINTS_PER_QUERY) - 1
             try:
                 result = self._prom.custom_query_range(
                     query,
-                    start_time=datetime.fromtimestamp(lo, UTC),
-                    end_time=datetime.fromtimestamp(hi, UTC),
-                    step=f"{step_seconds:g}",
+                    start_time=datetime.fromtimestamp(first + lo * step + shift, UTC),
+                    end_time=datetime.fromtimestamp(first + hi * step + shift, UTC),
+                    step=f"{step:g}",
                 )
             except PrometheusApiClientException as exc:
                 raise _classify(name, query, exc) from None
             except (requests.RequestException, ValueError) as exc:
                 raise MetricsUnavailable(f"history: {exc}") from None
-            sums: dict[float, float] = {}
             for series in result:
                 for ts, raw in series.get("values", []):
                     value = _finite(raw)
-                    if value is not None:
-                        sums[float(ts)] = sums.get(float(ts), 0.0) + value
-            for ts in sorted(sums):
-                stamps.append(ts)
-                values.append(sums[ts])
-            lo = hi + step_seconds
-        index = pd.to_datetime(pd.Series(stamps, dtype="float64"), unit="s", utc=True)
-        return pd.Series(values, index=pd.DatetimeIndex(index), dtype="float64", name="rps")
+                    k = round((float(ts) - shift - first) / step)
+                    if value is not None and 0 <= k < count:
+                        sums[k] = sums.get(k, 0.0) + value
+        keys = sorted(sums)
+        stamps = pd.to_datetime([first + k * step for k in keys], unit="s", utc=True)
+        return pd.Series(
+            [sums[k] for k in keys], index=pd.DatetimeIndex(stamps), dtype="float64", name="rps"
+        )
+
+
+def _steps(first: float, last: float, step: float) -> int:
+    """How many steps ``first + k * step`` (k >= 0) are at or before ``last``."""
+    if last < first:
+        return 0
+    return math.floor((last - first) / step + 1e-9) + 1
