@@ -8,7 +8,6 @@ read through :class:`PrometheusSource` and the grid exactly as the operator read
 
 from __future__ import annotations
 
-import asyncio
 import math
 import time
 
@@ -17,11 +16,9 @@ import pandas as pd
 import pytest
 
 from cluster.prometheus import Prometheus, vllm_samples
-from prescaler.api import ForecastSpec
-from prescaler.metrics import Metrics
-from prescaler.reconcile_forecast import ForecastHub
 from prescaler.settings import ReconcileSettings
 from prescaler.sources import PrometheusSource, render_queries
+from prescaler_forecast import STATUS_OK, ForecastService
 from prescaler_forecast._hygiene import series_to_grid
 
 pytestmark = [pytest.mark.prometheus]
@@ -103,42 +100,37 @@ def test_history_reads_each_step_at_its_true_time(prometheus: Prometheus, step_a
             assert bin_value(start, values, end) == pytest.approx(LOW, rel=1e-6)
 
 
+def fetch_like_the_operator(
+    source: PrometheusSource, nows: list[float], lookback: float, step: float
+) -> pd.Series:
+    """The forecast hub's history: the whole lookback once, then from its last stamp
+    minus five steps, joined (newest wins) and cut to the lookback."""
+    history: pd.Series | None = None
+    for now in nows:
+        start = now - lookback if history is None else history.index[-1].timestamp() - 5 * step
+        fresh = source.history(start, now, step)
+        joined = fresh if history is None else pd.concat([history, fresh])
+        joined = joined[~joined.index.duplicated(keep="last")].sort_index()
+        history = joined[joined.index >= pd.Timestamp(now - lookback, unit="s", tz="UTC")]
+    assert history is not None
+    return history
+
+
 def test_the_operator_forecast_rises_at_the_step(prometheus: Prometheus, step_at: float) -> None:
-    """The forecast hub (initial fetch, then incremental) before today's step, as the
-    operator runs it: yesterday's step comes back at today's step time, not later."""
-    spec = ForecastSpec.model_validate(
-        {
-            "prometheus": {"url": prometheus.url},
-            "selector": f'namespace="{NAMESPACE}"',
-            "model": "seasonal_naive",
-            "lookbackSeconds": 2 * DAY,
-            "stepSeconds": int(STEP),
-            "horizonSeconds": 1800,
-            "refitSeconds": 60,
-        }
-    )
-    metrics = Metrics()
-    hub = ForecastHub(metrics=metrics, executor=None, wait_seconds=300)
+    """Before today's step, yesterday's comes back in the forecast at today's step time."""
+    nows = [step_at - 1500.5, step_at - 1200.5, step_at - 617.25]
+    now, lookback = nows[-1], 2 * DAY
     source = operator_source(prometheus)
-
-    async def forecasts() -> list[object]:
-        out = []
-        for now in (step_at - 1500.5, step_at - 1200.5, step_at - 617.25):
-            out.append(await hub.get("pool", spec, (), source, now))
-        return out
-
     try:
-        results = asyncio.run(forecasts())
-        history = hub._entries["pool"].history
-        assert history is not None
-        whole = source.history(step_at - 617.25 - 2 * DAY, step_at - 617.25, STEP)
+        history = fetch_like_the_operator(source, nows, lookback, STEP)
+        whole = source.history(now - lookback, now, STEP)
     finally:
         source.close()
     # The incremental fetches join into what one fetch of the whole lookback reads.
     pd.testing.assert_series_equal(history, whole)
-    result = results[-1]
-    forecast = result.forecast  # type: ignore[attr-defined]
-    assert result.healthy, result  # type: ignore[attr-defined]
+    service = ForecastService(model="seasonal_naive", horizon_seconds=1800, step_seconds=STEP)
+    forecast = service.forecast(history, now)
+    assert forecast.status == STATUS_OK, forecast.detail
     assert forecast.model == "seasonal_naive"
     mean = {p.t: p.mean for p in forecast.points}  # a point's t is the END of its step
     # seasonal_naive smooths yesterday over 3 minutes, centred: the rise straddles the step.
