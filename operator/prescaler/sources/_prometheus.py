@@ -46,7 +46,13 @@ class MetricsUnavailable(SourceError):
 
 @dataclass(frozen=True, slots=True)
 class Snapshot:
-    """Demand now. Each value is ``None`` when it could not be measured."""
+    """Demand now. Each value is ``None`` when it could not be measured.
+
+    The rates are instant reads of the profile's ``rate(x[W])`` at ``at``: each is the mean
+    over the rate window that ends at ``at`` (the operator's ``W``, 2 min), the freshest
+    demand there is, so it trails a sudden change by up to ``W``. The planner uses it as a
+    floor under the forecast, never as a point of the forecasting grid.
+    """
 
     at: float
     requests_per_second: float | None = None
