@@ -7,13 +7,13 @@ which the operator turns into condition ``Invalid``.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
 from pydantic import ValidationError
 
-from prescaler.api._spec import InferencePoolSpec, ModelSpec, WindowSpec
+from prescaler.api._spec import ForecastSpec, InferencePoolSpec, ModelSpec, WindowSpec
 from prescaler.capacity import (
     CapacityModel,
     ModelArchitecture,
@@ -22,6 +22,7 @@ from prescaler.capacity import (
     get_preset,
 )
 from prescaler.planning import ScalingPolicy, ScheduledWindow
+from prescaler_forecast import EventWindow, ForecastService
 
 
 class SpecError(ValueError):
@@ -153,6 +154,33 @@ def scaling_policy(spec: InferencePoolSpec) -> ScalingPolicy:
         )
     except ValueError as exc:
         raise SpecError(f"spec: {exc}") from None
+
+
+def forecast_service(
+    forecast: ForecastSpec,
+    *,
+    events: Sequence[EventWindow] = (),
+    horizon_seconds: float | None = None,
+    step_seconds: float | None = None,
+) -> ForecastService:
+    """The forecaster a pool's ``spec.forecast`` asks for: the operator and the backtest
+    both build it here, so a default lives only in the spec model.
+
+    ``horizon_seconds`` and ``step_seconds`` override the spec's (the backtest forecasts
+    only its lookahead, at the trace's own resolution).
+    """
+    try:
+        return ForecastService(
+            model=forecast.model,
+            horizon_seconds=float(horizon_seconds or forecast.horizon_seconds),
+            step_seconds=float(step_seconds or forecast.step_seconds),
+            quantile=forecast.quantile,
+            refit_seconds=forecast.refit_seconds,
+            lookback_seconds=forecast.lookback_seconds,
+            events=tuple(events),
+        )
+    except ValueError as exc:
+        raise SpecError(f"spec.forecast: {exc}") from None
 
 
 def parse_moment(text: str, field: str) -> datetime:

@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from prescaler.api import ColdStartSpec, ForecastSpec, InferencePoolSpec, ScaleDownSpec
 from prescaler.cli._capacity_args import add_capacity_arguments, capacity_from_args
 from prescaler.cli._common import (
     CliError,
@@ -29,6 +30,7 @@ from prescaler.cli._common import (
     positive_int,
     print_json,
 )
+from prescaler.settings import ReconcileSettings
 
 POLICIES = ("reactive", "predictive", "oracle", "schedule-only", "persistence")
 
@@ -45,6 +47,18 @@ def _policies(text: str) -> list[str]:
     if len(set(names)) != len(names):
         raise argparse.ArgumentTypeError("a policy is listed twice")
     return names
+
+
+def _default(name: str, model: type[Any] = ForecastSpec) -> Any:
+    """A field's default in the spec model (the one place it lives)."""
+    return model.model_fields[name].get_default(call_default_factory=True)
+
+
+def non_negative_int(text: str) -> int:
+    value = non_negative_float(text)
+    if value != int(value):
+        raise argparse.ArgumentTypeError(f"must be a whole number, got {text}")
+    return int(value)
 
 
 def _quantile(text: str) -> float:
@@ -120,7 +134,11 @@ def register(subparsers: Any) -> None:
     )
     add_capacity_arguments(parser)
 
-    pol = parser.add_argument_group("policies")
+    pol = parser.add_argument_group(
+        "policies",
+        "The predictive policy runs at the InferencePool spec's defaults; each flag below "
+        "overrides one of them (the spec model is the one place a default lives).",
+    )
     pol.add_argument(
         "--policies",
         type=_policies,
@@ -128,32 +146,59 @@ def register(subparsers: Any) -> None:
         help=f"comma-separated, in timeline order: {', '.join(POLICIES)}",
     )
     pol.add_argument(
-        "--forecast-model",
-        default="auto",
-        help="prescaler_forecast model for the predictive policy (default: auto)",
+        "--forecast-model", help=f"spec.forecast.model (default {_default('model')})"
     )
-    pol.add_argument("--quantile", type=_quantile, default=0.9, help="forecast upper quantile")
-    pol.add_argument("--refit-minutes", type=positive_float, default=60.0)
+    pol.add_argument(
+        "--quantile",
+        type=_quantile,
+        help=f"spec.forecast.quantile: forecast upper quantile (default {_default('quantile')})",
+    )
+    pol.add_argument(
+        "--refit-minutes",
+        type=positive_float,
+        help=f"spec.forecast.refitSeconds / 60 (default {_default('refit_seconds') / 60:g})",
+    )
     pol.add_argument(
         "--forecast-step-seconds",
         type=positive_float,
         default=None,
         help="forecaster resolution (default: the trace's own step, >= 60 s)",
     )
-    pol.add_argument("--decision-seconds", type=positive_float, default=60.0)
-    pol.add_argument("--lead-margin-seconds", type=non_negative_float, default=60.0)
+    pol.add_argument(
+        "--decision-seconds",
+        type=positive_float,
+        default=ReconcileSettings().interval_seconds,
+        help="how often the predictive policy plans: the operator's reconcile period "
+        f"(default {ReconcileSettings().interval_seconds:g})",
+    )
+    pol.add_argument(
+        "--lead-margin-seconds",
+        type=non_negative_int,
+        help=f"spec.coldStart.marginSeconds (default {_default('margin_seconds', ColdStartSpec)})",
+    )
     pol.add_argument(
         "--observed-headroom",
         type=_at_least_one,
-        default=1.0,
-        help="nowcast guard: plan at least the last observed demand times this",
+        help="spec.forecast.observedHeadroom: nowcast guard, plan at least the observed "
+        f"demand times this (default {_default('observed_headroom')})",
     )
-    pol.add_argument("--scale-down-stabilization-seconds", type=non_negative_float, default=600.0)
-    pol.add_argument("--scale-down-max-percent", type=positive_float, default=50.0)
+    pol.add_argument(
+        "--scale-down-stabilization-seconds",
+        type=non_negative_int,
+        help="spec.scaleDown.stabilizationSeconds "
+        f"(default {_default('stabilization_seconds', ScaleDownSpec)})",
+    )
+    pol.add_argument(
+        "--scale-down-max-percent",
+        type=positive_int,
+        help=f"spec.scaleDown.maxPercent (default {_default('max_percent', ScaleDownSpec)})",
+    )
     pol.add_argument(
         "--scale-down-requires-observation",
-        action="store_true",
-        help="no scale-down while the observed demand is missing (a metrics gap)",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="no scale-down while the observed demand is missing, as the operator always "
+        "does (default on)",
     )
     pol.add_argument(
         "--persistence-k",
@@ -254,7 +299,6 @@ def run(args: argparse.Namespace) -> int:
         write_plots,
         write_timeline,
     )
-    from prescaler.planning import ScalingPolicy
     from prescaler.traces import TraceError, load_token_mix, load_trace, with_token_mix
 
     started = time.perf_counter()
@@ -286,6 +330,7 @@ def run(args: argparse.Namespace) -> int:
         prompt_tokens=demand.prompt_tokens,
         output_tokens=demand.output_tokens,
         context_tokens=context,
+        default_headroom=_default("headroom"),
     )
     replica_tps = capacity.replica_tokens_per_second
     peak = float(demand.replay_tokens_per_s.max())
@@ -345,7 +390,7 @@ def run(args: argparse.Namespace) -> int:
         else:
             policies.append(
                 _predictive(
-                    args, demand, capacity, config, windows, ScalingPolicy, PredictivePolicy
+                    args, demand, capacity, config, windows, PredictivePolicy
                 )
             )
 
@@ -391,41 +436,78 @@ def _peak_factor(peak: float, replicas: int, replica_tps: float) -> float:
     return factor
 
 
+def pool_spec(args: argparse.Namespace, config: Any) -> InferencePoolSpec:
+    """The InferencePool a user would apply for this fleet, with only the flags given set:
+    every other knob is the spec model's default, exactly as the operator would run it."""
+    from prescaler.api import SpecError, parse_spec
+
+    forecast: dict[str, Any] = {"prometheus": {"url": "http://backtest.invalid"}}
+    for flag, wire in (
+        ("forecast_model", "model"),
+        ("quantile", "quantile"),
+        ("observed_headroom", "observedHeadroom"),
+        ("headroom", "headroom"),
+    ):
+        if getattr(args, flag, None) is not None:
+            forecast[wire] = getattr(args, flag)
+    if args.refit_minutes is not None:
+        forecast["refitSeconds"] = max(10, round(args.refit_minutes * 60.0))
+    raw: dict[str, Any] = {
+        "target": {"kind": "Deployment", "name": "backtest"},
+        "minReplicas": config.min_replicas,
+        "maxReplicas": config.max_replicas,
+        "model": {"tokensPerSecond": config.replica_tokens_per_second},
+        "coldStart": {"mode": "fixed", "seconds": min(7200, round(args.cold_start_seconds))},
+        "forecast": forecast,
+    }
+    if args.lead_margin_seconds is not None:
+        raw["coldStart"]["marginSeconds"] = args.lead_margin_seconds
+    scale_down: dict[str, Any] = {}
+    if args.scale_down_stabilization_seconds is not None:
+        scale_down["stabilizationSeconds"] = args.scale_down_stabilization_seconds
+    if args.scale_down_max_percent is not None:
+        scale_down["maxPercent"] = args.scale_down_max_percent
+    if scale_down:
+        raw["scaleDown"] = scale_down
+    try:
+        return parse_spec(raw)
+    except SpecError as exc:
+        raise CliError(str(exc)) from None
+
+
 def _predictive(
     args: argparse.Namespace,
     demand: Any,
     capacity: Any,
     config: Any,
     windows: list[Any],
-    scaling_policy: Any,
     predictive_policy: Any,
 ) -> Any:
-    from prescaler.planning import event_windows
-    from prescaler_forecast import ForecastService
+    from dataclasses import replace
 
+    from prescaler.api import SpecError, forecast_service
+    from prescaler.api import scaling_policy as policy_from_spec
+    from prescaler.planning import event_windows
+
+    spec = pool_spec(args, config)
+    assert spec.forecast is not None
     step = args.forecast_step
-    horizon = max(args.cold_start_seconds + args.lead_margin_seconds + step, 2 * step)
+    margin = spec.cold_start.margin_seconds
+    horizon = max(args.cold_start_seconds + margin + step, 2 * step)
     horizon = math.ceil(horizon / step) * step
     try:
-        service = ForecastService(
-            model=args.forecast_model,
-            refit_seconds=args.refit_minutes * 60.0,
-            horizon_seconds=horizon,
-            step_seconds=step,
-            quantile=args.quantile,
+        service = forecast_service(
+            spec.forecast,
             # As the operator does: the windows' occurrences are the forecaster's events.
             events=event_windows(windows, float(demand.start), float(demand.times()[-1]) + horizon),
+            horizon_seconds=horizon,
+            step_seconds=step,
         )
-        policy = scaling_policy(
-            min_replicas=config.min_replicas,
-            max_replicas=config.max_replicas,
-            lead_margin_seconds=args.lead_margin_seconds,
-            observed_headroom=args.observed_headroom,
+        policy = replace(
+            policy_from_spec(spec),
             scale_down_requires_observation=args.scale_down_requires_observation,
-            scale_down_stabilization_seconds=args.scale_down_stabilization_seconds,
-            scale_down_max_percent=args.scale_down_max_percent,
         )
-    except ValueError as exc:
+    except (SpecError, ValueError) as exc:
         raise CliError(str(exc)) from None
     return predictive_policy(
         forecaster=service,

@@ -1,0 +1,100 @@
+"""One fact, one place: the backtest's predictive policy runs the InferencePool spec's defaults.
+
+The CLI must not carry its own copy of a default. These tests build the policy the way
+``prescaler backtest`` does with no policy flag given, and compare it with what the
+operator builds from a pool that sets nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import replace
+
+import pytest
+
+from prescaler.api import (
+    ForecastSpec,
+    InferencePoolSpec,
+    capacity_model,
+    forecast_service,
+    scaling_policy,
+)
+from prescaler.backtest import FleetConfig
+from prescaler.cli import backtest as cli_backtest
+from prescaler.settings import ReconcileSettings
+
+BASE = ["--trace", "x.csv", "--format", "nab", "--cold-start-seconds", "240"]
+
+
+def _args(*extra: str) -> argparse.Namespace:
+    parser = argparse.ArgumentParser()
+    cli_backtest.register(parser.add_subparsers())
+    return parser.parse_args(["backtest", *BASE, *extra])
+
+
+def _operator_pool(**fields: object) -> InferencePoolSpec:
+    raw = {
+        "target": {"name": "x"},
+        "minReplicas": 1,
+        "maxReplicas": 80,
+        "model": {"tokensPerSecond": 20000},
+        "forecast": {"prometheus": {"url": "http://p:9090"}},
+        **fields,
+    }
+    return InferencePoolSpec.model_validate(raw)
+
+
+CONFIG = FleetConfig(replica_tokens_per_second=20000, cold_start_seconds=240, max_replicas=80)
+
+
+def test_backtest_without_policy_flags_runs_the_operators_policy() -> None:
+    spec = cli_backtest.pool_spec(_args(), CONFIG)
+    assert scaling_policy(spec) == scaling_policy(_operator_pool())
+
+
+def test_backtest_forecaster_and_headroom_are_the_specs() -> None:
+    spec = cli_backtest.pool_spec(_args(), CONFIG)
+    assert spec.forecast is not None
+    pool = _operator_pool()
+    assert pool.forecast is not None
+    ours, theirs = forecast_service(spec.forecast), forecast_service(pool.forecast)
+    assert (ours.model, ours.spec.quantile, ours.refit_seconds) == (
+        theirs.model,
+        theirs.spec.quantile,
+        theirs.refit_seconds,
+    )
+    assert capacity_model(spec).headroom == capacity_model(pool).headroom
+    assert cli_backtest._default("headroom") == ForecastSpec.model_fields["headroom"].default
+
+
+def test_no_policy_flag_carries_a_default_of_its_own() -> None:
+    args = _args()
+    for flag in (
+        "forecast_model",
+        "quantile",
+        "refit_minutes",
+        "lead_margin_seconds",
+        "observed_headroom",
+        "scale_down_stabilization_seconds",
+        "scale_down_max_percent",
+        "headroom",
+    ):
+        assert getattr(args, flag) is None, flag
+    # The operator never scales down in a metrics gap, and decides every reconcile period.
+    assert args.scale_down_requires_observation is True
+    assert args.decision_seconds == ReconcileSettings().interval_seconds
+
+
+@pytest.mark.parametrize(
+    ("flags", "expected"),
+    [
+        (["--observed-headroom", "1.7"], {"observed_headroom": 1.7}),
+        (["--lead-margin-seconds", "90"], {"lead_margin_seconds": 90.0}),
+        (["--scale-down-max-percent", "20"], {"scale_down_max_percent": 20.0}),
+    ],
+)
+def test_a_flag_overrides_exactly_its_field(
+    flags: list[str], expected: dict[str, float]
+) -> None:
+    spec = cli_backtest.pool_spec(_args(*flags), CONFIG)
+    assert scaling_policy(spec) == replace(scaling_policy(_operator_pool()), **expected)
