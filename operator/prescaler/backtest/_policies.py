@@ -302,6 +302,8 @@ class PredictivePolicy:
     name: str = "predictive"
     on_plan: Callable[[ScalePlan], None] | None = None
     _state: FleetState | None = field(default=None, repr=False)
+    _forecast: ForecastLike | None = field(default=None, repr=False)
+    _forecast_at: int = field(default=-1, repr=False)
 
     @property
     def interval_seconds(self) -> float:
@@ -318,7 +320,12 @@ class PredictivePolicy:
             observed = last if math.isfinite(last) else None
             if observed is not None and self.fresh_observation:
                 observed = obs.metric_tokens_per_s / self.capacity.tokens.tokens_per_request
-        forecast = self.forecaster.forecast(history, obs.now) if len(history) else None
+        # As the operator's forecast hub: a forecast is refreshed when a new step of history
+        # is visible, and the decisions in between plan on it with the fresh observation.
+        if obs.visible_minutes != self._forecast_at:
+            self._forecast = self.forecaster.forecast(history, obs.now) if len(history) else None
+            self._forecast_at = obs.visible_minutes
+        forecast = self._forecast
         state = self._state or FleetState(current_replicas=obs.existing)
         state = FleetState(
             current_replicas=obs.existing,
