@@ -3,9 +3,10 @@
 Module map:
 
 * ``_demand``   - trace -> per-minute demand (tokens/s truth, observed requests/s)
-* ``_fleet``    - replicas that become ready one cold start after they are requested
+* ``_fleet``    - replicas that become ready one cold start after they are requested, and
+  warm standby slots that shorten it
 * ``_policies`` - reactive (HPA v2), predictive (the operator's planner), oracle, schedule-only,
-  persistence (a reference)
+  persistence and smoothed-oracle (references)
 * ``_simulate`` - the replay loop, the fluid queue, the scores and the timeline
 * ``_report``   - several policies at once, JSON, CSV and plots
 """
@@ -21,7 +22,10 @@ from prescaler.backtest._policies import (
     PredictivePolicy,
     ReactivePolicy,
     ScheduleOnlyPolicy,
+    SmoothedOraclePolicy,
     oracle_replicas,
+    smoothed_demand,
+    smoothed_oracle_replicas,
 )
 from prescaler.backtest._report import (
     BacktestResult,
@@ -56,6 +60,7 @@ __all__ = [
     "ReactivePolicy",
     "ScheduleOnlyPolicy",
     "Score",
+    "SmoothedOraclePolicy",
     "cold_start_steps",
     "demand_from_trace",
     "fluid_queue",
@@ -66,6 +71,8 @@ __all__ = [
     "score",
     "short_of",
     "simulate",
+    "smoothed_demand",
+    "smoothed_oracle_replicas",
     "timeline",
     "worst_ramp",
     "write_plots",

@@ -3,6 +3,9 @@
 * :class:`ReactivePolicy` - the Kubernetes HPA v2 algorithm, as the brief defines it.
 * :class:`PredictivePolicy` - the operator's forecaster and planner (the same code).
 * :class:`OraclePolicy` - perfect foresight: the physical lower bound.
+* :class:`SmoothedOraclePolicy` - a reference: foresight of the demand's centred rolling
+  mean, none of its noise (``k`` x that mean, planned like the oracle). The bound on what a
+  forecast of the predictable part can give; sweeping ``k`` traces its frontier.
 * :class:`ScheduleOnlyPolicy` - KEDA-cron style: scheduled windows, else ``min_replicas``.
 * :class:`PersistencePolicy` - a reference: ``k`` x the last observed demand, released at
   once. What a causal policy gets without any model; sweeping ``k`` traces its frontier.
@@ -204,6 +207,62 @@ class OraclePolicy:
         return int(self.replicas_per_step[obs.step])
 
 
+# --------------------------------------------------------------------------- smoothed oracle
+
+
+def smoothed_demand(tokens_per_minute: FloatArray, window_minutes: int) -> FloatArray:
+    """The centred rolling mean of per-minute demand over ``window_minutes``.
+
+    An odd window is symmetric (31: the minute itself, 15 before and 15 after). Near either
+    end of the trace the window is cut short and averages what there is.
+    """
+    if window_minutes < 1:
+        raise ValueError("the smoothing window must be >= 1 minute")
+    series = pd.Series(np.asarray(tokens_per_minute, dtype=float))
+    mean = series.rolling(window_minutes, center=True, min_periods=1).mean()
+    return np.asarray(mean.to_numpy(), dtype=float)
+
+
+def smoothed_oracle_replicas(
+    tokens_per_minute: FloatArray,
+    steps_per_minute: int,
+    replica_tokens_per_second: float,
+    lag_steps: int,
+    min_replicas: int,
+    max_replicas: int,
+    *,
+    k: float = 1.0,
+    window_minutes: int = 31,
+) -> np.ndarray:
+    """:func:`oracle_replicas` planned on ``k ×`` the :func:`smoothed_demand`, per step.
+
+    At each step the replicas that exist are the most that ``k ×`` the smoothed demand needs
+    over the next cold start (clipped to min/max), so ready capacity covers ``k ×`` the
+    smoothed mean at every step; they are released at once when no longer needed.
+    """
+    if not (math.isfinite(k) and k > 0):
+        raise ValueError("the smoothed-oracle factor k must be > 0")
+    smooth = k * smoothed_demand(tokens_per_minute, window_minutes)
+    per_step = np.repeat(smooth, steps_per_minute)
+    return oracle_replicas(
+        per_step, replica_tokens_per_second, lag_steps, min_replicas, max_replicas
+    )
+
+
+@dataclass
+class SmoothedOraclePolicy(OraclePolicy):
+    """Reference, not a product policy: knows the future's centred rolling mean of demand
+    (none of its minute-to-minute noise) and applies :func:`smoothed_oracle_replicas`.
+
+    With ``k = 1`` it plans exactly the predictable part: where demand has no noise it *is*
+    the oracle, and its shortfall elsewhere is what no forecast of the mean can avoid
+    without a margin. Sweeping ``k`` traces the frontier of a perfect forecast of the mean
+    plus a constant margin. Like the oracle, it starts with what it needs.
+    """
+
+    name: str = "smoothed-oracle"
+
+
 # --------------------------------------------------------------------------- schedule-only
 
 
@@ -301,6 +360,9 @@ class PredictivePolicy:
     fresh_observation: bool = True
     name: str = "predictive"
     on_plan: Callable[[ScalePlan], None] | None = None
+    standby: int = field(default=0, init=False)
+    """Warm standby slots the last plan asks for (``ScalePlan.standby_replicas``); the
+    simulation holds that many when it models standby."""
     _state: FleetState | None = field(default=None, repr=False)
     _forecast: ForecastLike | None = field(default=None, repr=False)
     _forecast_at: int = field(default=-1, repr=False)
@@ -346,6 +408,7 @@ class PredictivePolicy:
             )
         )
         self._state = next_fleet_state(state, decision)
+        self.standby = decision.standby_replicas
         if self.on_plan is not None:
             self.on_plan(decision)
         return decision.desired_replicas

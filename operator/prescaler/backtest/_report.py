@@ -137,6 +137,7 @@ def write_plots(result: BacktestResult, path: str | Path, *, title: str = "") ->
         "oracle": "tab:green",
         "schedule-only": "tab:purple",
         "persistence": "tab:gray",
+        "smoothed-oracle": "tab:olive",
     }
     full, zoom, bars = plot_paths(path)
 

@@ -8,6 +8,10 @@ Fleet model:
   effective limit: the binding one of KV-cache concurrency and compute). A replica is ready
   one cold start after it is requested (see :mod:`._fleet`).
 * Demand beyond ready capacity waits in a FIFO fluid queue that drains when capacity frees.
+* Warm standby (``FleetConfig.warm_start_seconds`` set): a policy that exposes a ``standby``
+  count after ``decide`` (the predictive policy: the plan's ``standby_replicas``) holds that
+  many standby slots; a replica started on a warm slot is ready after the warm start (see
+  :mod:`._fleet` for the bookkeeping and its assumptions). Other policies have none.
 
 Scores (per policy):
 
@@ -16,7 +20,10 @@ Scores (per policy):
   ``_ready`` column is that minimum, so the count can be recomputed from the CSV.
 * ``unserved_token_fraction`` - share of demand tokens not served in the step they arrived
   (they joined the queue).
-* ``gpu_hours`` - replicas that exist (starting or ready) × GPUs per replica × time.
+* ``gpu_hours`` - replicas that exist (starting or ready) × GPUs per replica × time, plus
+  standby slots held × GPUs per replica × time × ``standby_cost_fraction``.
+* ``standby_gpu_hours`` - that standby part alone (already in ``gpu_hours``).
+* ``warm_starts`` - replicas that started on a warm standby slot.
 * ``scale_events`` - changes of the replica count.
 """
 
@@ -54,6 +61,11 @@ class FleetConfig:
     """How old the demand a policy observes is (scrape interval plus rate window)."""
     initial_replicas: int | None = None
     """Ready replicas at the start; ``None``: what the first minute needs at 70 % load."""
+    warm_start_seconds: float | None = None
+    """Start of a replica that takes a warm standby slot; ``None``: no standby simulated."""
+    standby_cost_fraction: float = 1.0
+    """GPU cost of a held standby slot as a share of a replica's (1: a held node costs what a
+    busy one does)."""
 
     def __post_init__(self) -> None:
         if not self.replica_tokens_per_second > 0:
@@ -67,6 +79,12 @@ class FleetConfig:
             raise ValueError("the simulation step must divide 60 s")
         if self.gpus_per_replica < 1:
             raise ValueError("gpus per replica must be >= 1")
+        if self.warm_start_seconds is not None and not (
+            0 <= self.warm_start_seconds <= self.cold_start_seconds
+        ):
+            raise ValueError("the warm start must be >= 0 s and no longer than the cold start")
+        if not (math.isfinite(self.standby_cost_fraction) and self.standby_cost_fraction >= 0):
+            raise ValueError("the standby cost fraction must be >= 0")
 
     @property
     def steps_per_minute(self) -> int:
@@ -75,6 +93,12 @@ class FleetConfig:
     @property
     def lag_steps(self) -> int:
         return cold_start_steps(self.cold_start_seconds, self.step_seconds)
+
+    @property
+    def warm_lag_steps(self) -> int | None:
+        if self.warm_start_seconds is None:
+            return None
+        return cold_start_steps(self.warm_start_seconds, self.step_seconds)
 
     def first_replicas(self, demand: Demand) -> int:
         if self.initial_replicas is not None:
@@ -95,6 +119,10 @@ class PolicyRun:
     scale_events: int
     seconds: float
     """Wall time of the replay."""
+    standby_per_step: np.ndarray | None = None
+    """Standby slots held per step; ``None`` for a policy without standby."""
+    warm_starts: int = 0
+    """Replicas that started on a warm standby slot."""
 
     def ready_per_minute(self, steps_per_minute: int) -> np.ndarray:
         """The smallest ready count within each minute."""
@@ -103,6 +131,12 @@ class PolicyRun:
     def existing_per_minute(self, steps_per_minute: int) -> np.ndarray:
         """The largest count of existing replicas within each minute."""
         return np.asarray(self.existing_per_step.reshape(-1, steps_per_minute).max(axis=1))
+
+    def standby_per_minute(self, steps_per_minute: int) -> np.ndarray | None:
+        """The largest count of standby slots held within each minute."""
+        if self.standby_per_step is None:
+            return None
+        return np.asarray(self.standby_per_step.reshape(-1, steps_per_minute).max(axis=1))
 
 
 def simulate(
@@ -137,9 +171,12 @@ def simulate(
     initial = getattr(policy, "initial_replicas", None)
     first_count = initial(first) if callable(initial) else config.first_replicas(demand)
     fleet = Fleet(min(max(int(first_count), config.min_replicas), config.max_replicas),
-                  config.lag_steps)
+                  config.lag_steps, config.warm_lag_steps)
     ready = np.empty(steps, dtype=np.int64)
     existing = np.empty(steps, dtype=np.int64)
+    # Standby only for a policy that sizes it, and only when the config simulates it.
+    has_standby = config.warm_start_seconds is not None and hasattr(policy, "standby")
+    standby = np.zeros(steps, dtype=np.int64) if has_standby else None
     report_every = max(1, steps // 50)
     lo, hi = config.min_replicas, config.max_replicas
     for k in range(steps):
@@ -161,8 +198,14 @@ def simulate(
             )
             desired = policy.decide(obs)
             fleet.scale_to(min(max(desired, lo), hi), i)
+            if standby is not None:
+                # After the scale: new replicas take the warm slots held so far, then the
+                # plan's standby size is restored (replacements pending a cold start).
+                fleet.set_standby(max(0, int(getattr(policy, "standby", 0))), i)
         ready[k] = fleet.ready
         existing[k] = fleet.existing
+        if standby is not None:
+            standby[k] = fleet.standby
         if progress is not None and k % report_every == 0:
             progress(policy.name, k / steps)
     if progress is not None:
@@ -173,6 +216,8 @@ def simulate(
         existing_per_step=existing,
         scale_events=fleet.scale_events,
         seconds=time.perf_counter() - t0,
+        standby_per_step=standby,
+        warm_starts=fleet.warm_starts,
     )
 
 
@@ -186,6 +231,9 @@ class Score:
     mean_queue_delay_seconds: float
     """Little's law over the run: queued token-seconds / tokens."""
     peak_replicas: int
+    standby_gpu_hours: float = 0.0
+    """Standby slots' GPU-hours at the standby cost fraction (included in ``gpu_hours``)."""
+    warm_starts: int = 0
 
     def as_dict(self) -> dict[str, float | int]:
         return {
@@ -196,6 +244,8 @@ class Score:
             "peak_queue_tokens": self.peak_queue_tokens,
             "mean_queue_delay_seconds": self.mean_queue_delay_seconds,
             "peak_replicas": self.peak_replicas,
+            "standby_gpu_hours": self.standby_gpu_hours,
+            "warm_starts": self.warm_starts,
         }
 
 
@@ -236,7 +286,12 @@ def score(run: PolicyRun, demand: Demand, config: FleetConfig) -> Score:
     capacity = run.ready_per_step.astype(float) * cap * dt
     queue, delayed = fluid_queue(arrivals, capacity)
     total = float(arrivals.sum())
-    gpu_hours = float(run.existing_per_step.sum()) * dt * config.gpus_per_replica / 3600.0
+    per_slot_hour = dt * config.gpus_per_replica / 3600.0
+    standby_gpu_hours = 0.0
+    if run.standby_per_step is not None:
+        held = float(run.standby_per_step[:steps].sum())
+        standby_gpu_hours = held * per_slot_hour * config.standby_cost_fraction
+    gpu_hours = float(run.existing_per_step.sum()) * per_slot_hour + standby_gpu_hours
     return Score(
         shortfall_minutes=shortfall,
         unserved_token_fraction=float(delayed.sum() / total) if total > 0 else 0.0,
@@ -245,11 +300,14 @@ def score(run: PolicyRun, demand: Demand, config: FleetConfig) -> Score:
         peak_queue_tokens=float(queue.max()) if len(queue) else 0.0,
         mean_queue_delay_seconds=float(queue.sum() * dt / total) if total > 0 else 0.0,
         peak_replicas=int(run.existing_per_step.max()) if steps else 0,
+        standby_gpu_hours=standby_gpu_hours,
+        warm_starts=run.warm_starts,
     )
 
 
 def timeline(demand: Demand, runs: list[PolicyRun], config: FleetConfig) -> pd.DataFrame:
-    """The per-minute timeline in the brief's column order."""
+    """The per-minute timeline in the brief's column order; then, for each policy that held
+    standby, ``<policy>_standby`` (the most slots held within the minute)."""
     spm = config.steps_per_minute
     replay = demand.replay_tokens_per_s
     minutes = min(len(r.ready_per_step) for r in runs) // spm if runs else len(replay)
@@ -261,4 +319,8 @@ def timeline(demand: Demand, runs: list[PolicyRun], config: FleetConfig) -> pd.D
     for run in runs:
         columns[f"{run.name}_ready"] = run.ready_per_minute(spm)[:minutes]
         columns[f"{run.name}_desired"] = run.existing_per_minute(spm)[:minutes]
+    for run in runs:
+        held = run.standby_per_minute(spm)
+        if held is not None:
+            columns[f"{run.name}_standby"] = held[:minutes]
     return pd.DataFrame(columns)

@@ -8,6 +8,26 @@ Example (the 14-day ServeGen trace, played as 14 days, 240 s cold start)::
         --policies reactive,predictive,oracle --replica-tokens-per-second 20000 \\
         --scale-to-peak-replicas 40 --json out.json --timeline out.csv --plot out.png
 
+Reference policies and sweeps (beyond the brief's three policies):
+
+* ``--policies ...,persistence`` with ``--persistence-k K``: ``K`` x the demand seen now.
+* ``--policies ...,smoothed-oracle`` with ``--smoothed-oracle-k K`` (default 1.0) and
+  ``--smoothed-window-minutes W`` (default 31): knows the future's centred W-minute rolling
+  mean, none of its noise, and plans ``K`` x it over the cold start like the oracle. The
+  bound on what a forecast of the predictable part can give; a sweep over ``K`` traces its
+  frontier.
+* ``--hpa-target X`` (default 0.7, the brief's): the reactive baseline's target
+  utilization, to sweep the HPA's frontier (0.5 to 0.9).
+
+Warm standby (the product's second lever; off by default, as in the spec):
+``--standby-max-replicas N`` sets the pool's ``spec.standby.placeholders`` (enabled,
+``maxReplicas: N``), so the predictive policy's plan sizes a standby (``standby_replicas``).
+A replica started on a warm standby slot is ready after ``--warm-start-seconds S``
+(default 60, at most the cold start) instead of the cold start; a slot consumed is replaced
+one cold start later. Slots held cost ``--standby-cost-fraction F`` (default 1.0) of a
+replica's GPU-hours, included in ``gpu_hours`` and reported alone as ``standby_gpu_hours``;
+the timeline gains ``predictive_standby``. Only the predictive policy has standby.
+
 The reported numbers and the benchmark command are in ``benchmarks/README.md``.
 """
 
@@ -25,6 +45,7 @@ from prescaler.api import ColdStartSpec, ForecastSpec, InferencePoolSpec, ScaleD
 from prescaler.cli._capacity_args import add_capacity_arguments, capacity_from_args
 from prescaler.cli._common import (
     CliError,
+    fraction,
     non_negative_float,
     positive_float,
     positive_int,
@@ -32,7 +53,9 @@ from prescaler.cli._common import (
 )
 from prescaler.settings import ReconcileSettings
 
-POLICIES = ("reactive", "predictive", "oracle", "schedule-only", "persistence")
+POLICIES = ("reactive", "predictive", "oracle", "schedule-only", "persistence", "smoothed-oracle")
+WARM_START_SECONDS = 60.0
+"""Default warm start: the weight load and runtime init left once a node is up and pulled."""
 
 
 def _policies(text: str) -> list[str]:
@@ -65,6 +88,13 @@ def _quantile(text: str) -> float:
     value = positive_float(text)
     if not 0.5 <= value < 1:
         raise argparse.ArgumentTypeError(f"must be in [0.5, 1), got {text}")
+    return value
+
+
+def _share(text: str) -> float:
+    value = non_negative_float(text)
+    if value > 1:
+        raise argparse.ArgumentTypeError(f"must be in [0, 1], got {text}")
     return value
 
 
@@ -131,6 +161,20 @@ def register(subparsers: Any) -> None:
         "--max-replicas",
         type=positive_int,
         help="default: twice the replicas the peak minute needs",
+    )
+    fleet.add_argument(
+        "--warm-start-seconds",
+        type=non_negative_float,
+        help="start of a replica that takes a warm standby slot (node up, image pulled): "
+        f"default {WARM_START_SECONDS:g} s, at most the cold start; used with "
+        "--standby-max-replicas",
+    )
+    fleet.add_argument(
+        "--standby-cost-fraction",
+        type=_share,
+        default=1.0,
+        help="GPU cost of a held standby slot as a share of a replica's (default 1.0: a held "
+        "GPU node costs what a busy one does)",
     )
     add_capacity_arguments(parser)
 
@@ -205,6 +249,31 @@ def register(subparsers: Any) -> None:
         type=positive_float,
         default=1.4,
         help="reference policy 'persistence': replicas for k x the demand seen now",
+    )
+    pol.add_argument(
+        "--smoothed-oracle-k",
+        type=positive_float,
+        default=1.0,
+        help="reference policy 'smoothed-oracle': replicas for k x the future's centred "
+        "rolling mean of demand (default 1.0: the mean itself)",
+    )
+    pol.add_argument(
+        "--smoothed-window-minutes",
+        type=positive_int,
+        default=31,
+        help="the smoothed oracle's centred rolling-mean window (default 31)",
+    )
+    pol.add_argument(
+        "--hpa-target",
+        type=fraction,
+        default=0.7,
+        help="the reactive (HPA) policy's target utilization (default 0.7, the brief's)",
+    )
+    pol.add_argument(
+        "--standby-max-replicas",
+        type=non_negative_int,
+        help="spec.standby.placeholders: warm standby on with at most N slots, sized by the "
+        "planner (default: the spec's, off; 0 turns it off)",
     )
     pol.add_argument(
         "--history-days",
@@ -353,6 +422,9 @@ def run(args: argparse.Namespace) -> int:
         )
     except ValueError as exc:
         raise CliError(str(exc)) from None
+    standby_max = _standby_max_replicas(args, config) if "predictive" in args.policies else 0
+    if standby_max > 0:
+        config = _with_standby(args, config)
     # The forecaster works at the trace's own resolution (no finer than a minute).
     args.forecast_step = args.forecast_step_seconds or max(60.0, trace.step_seconds)
     windows = [_parse_window(w) for w in args.window]
@@ -362,7 +434,9 @@ def run(args: argparse.Namespace) -> int:
     policies: list[Policy] = []
     for name in args.policies:
         if name == "reactive":
-            policies.append(ReactivePolicy(replica_tps, config.min_replicas, config.max_replicas))
+            policies.append(_reactive(args, replica_tps, config, ReactivePolicy))
+        elif name == "smoothed-oracle":
+            policies.append(_smoothed_oracle(args, demand, config))
         elif name == "oracle":
             per_step = np.repeat(demand.tokens_per_s, config.steps_per_minute)
             policies.append(
@@ -406,6 +480,7 @@ def run(args: argparse.Namespace) -> int:
             "scale_to_peak_replicas": args.scale_to_peak_replicas,
             "capacity_constraint": capacity.binding_constraint,
             "wall_seconds": round(elapsed, 3),
+            **_reference_settings(args, config, standby_max),
         },
     )
     if args.timeline is not None:
@@ -434,6 +509,79 @@ def _peak_factor(peak: float, replicas: int, replica_tps: float) -> float:
     while int(replicas_needed(np.array([peak * factor]), replica_tps)[0]) > replicas:
         factor = float(np.nextafter(factor, 0.0))
     return factor
+
+
+def _reactive(
+    args: argparse.Namespace, replica_tps: float, config: Any, reactive_policy: Any
+) -> Any:
+    """The HPA baseline at ``--hpa-target`` (the brief's 0.7 unless swept)."""
+    return reactive_policy(
+        replica_tps, config.min_replicas, config.max_replicas, target=args.hpa_target
+    )
+
+
+def _smoothed_oracle(args: argparse.Namespace, demand: Any, config: Any) -> Any:
+    """The smoothed-oracle reference: ``k`` x the future's centred rolling mean."""
+    from prescaler.backtest import SmoothedOraclePolicy, smoothed_oracle_replicas
+
+    replicas = smoothed_oracle_replicas(
+        demand.tokens_per_s,
+        config.steps_per_minute,
+        config.replica_tokens_per_second,
+        config.lag_steps,
+        config.min_replicas,
+        config.max_replicas,
+        k=args.smoothed_oracle_k,
+        window_minutes=args.smoothed_window_minutes,
+    )
+    return SmoothedOraclePolicy(replicas, config.step_seconds)
+
+
+def _standby_max_replicas(args: argparse.Namespace, config: Any) -> int:
+    """The predictive policy's standby bound, as the spec's placeholders set it."""
+    from prescaler.api import SpecError
+    from prescaler.api import scaling_policy as policy_from_spec
+
+    try:
+        return policy_from_spec(pool_spec(args, config)).standby_max_replicas
+    except SpecError as exc:
+        raise CliError(str(exc)) from None
+
+
+def _with_standby(args: argparse.Namespace, config: Any) -> Any:
+    """The fleet with warm standby simulated: replicas on a warm slot start faster."""
+    from dataclasses import replace
+
+    warm = args.warm_start_seconds
+    if warm is None:
+        warm = min(WARM_START_SECONDS, config.cold_start_seconds)
+    elif warm > config.cold_start_seconds:
+        raise CliError("--warm-start-seconds must be at most --cold-start-seconds")
+    try:
+        return replace(
+            config, warm_start_seconds=warm, standby_cost_fraction=args.standby_cost_fraction
+        )
+    except ValueError as exc:
+        raise CliError(str(exc)) from None
+
+
+def _reference_settings(args: argparse.Namespace, config: Any, standby_max: int) -> dict[str, Any]:
+    """The JSON's record of the reference and standby knobs this run used."""
+    out: dict[str, Any] = {}
+    if "reactive" in args.policies:
+        out["hpa_target"] = args.hpa_target
+    if "smoothed-oracle" in args.policies:
+        out["smoothed_oracle"] = {
+            "k": args.smoothed_oracle_k,
+            "window_minutes": args.smoothed_window_minutes,
+        }
+    if standby_max > 0:
+        out["standby"] = {
+            "max_replicas": standby_max,
+            "warm_start_seconds": config.warm_start_seconds,
+            "cost_fraction": config.standby_cost_fraction,
+        }
+    return out
 
 
 def pool_spec(args: argparse.Namespace, config: Any) -> InferencePoolSpec:
@@ -469,6 +617,15 @@ def pool_spec(args: argparse.Namespace, config: Any) -> InferencePoolSpec:
         scale_down["maxPercent"] = args.scale_down_max_percent
     if scale_down:
         raw["scaleDown"] = scale_down
+    standby_max = getattr(args, "standby_max_replicas", None)
+    if standby_max is not None:
+        placeholders: dict[str, Any] = {"enabled": standby_max > 0}
+        if standby_max > 0:
+            placeholders["maxReplicas"] = standby_max
+        raw["standby"] = {
+            "imagePrePull": {"enabled": standby_max > 0},
+            "placeholders": placeholders,
+        }
     try:
         return parse_spec(raw)
     except SpecError as exc:
@@ -495,6 +652,11 @@ def _predictive(
     margin = spec.cold_start.margin_seconds
     horizon = max(args.cold_start_seconds + margin + step, 2 * step)
     horizon = math.ceil(horizon / step) * step
+    placeholders = spec.standby.placeholders
+    if placeholders.enabled and placeholders.max_replicas > 0:
+        # As the operator: standby covers the forecast's upper peak over the spec's whole
+        # horizon, so with standby on the forecaster looks that far ahead.
+        horizon = max(horizon, math.ceil(spec.forecast.horizon_seconds / step) * step)
     try:
         service = forecast_service(
             spec.forecast,
