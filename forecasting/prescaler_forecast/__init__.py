@@ -8,6 +8,8 @@ Public surface::
 
     Forecaster              fit(series) -> predict(horizon, step, quantile)   (one interface)
     ├── ProphetForecaster       daily/weekly seasonality, event regressors, nowcast
+    ├── Persistence             the last value, flat (what every model must beat)
+    ├── RecentMean              the mean of the last 10 minutes, flat
     ├── SeasonalNaive           same time yesterday, scaled by the recent level
     ├── SeasonalNaiveWeekly     same time last week, scaled by the recent level
     └── RecentTrend             robust (Theil–Sen) recent trend, for short histories
@@ -29,7 +31,13 @@ Errors::
 """
 
 from prescaler_forecast._base import Band, Forecaster
-from prescaler_forecast._baselines import RecentTrend, SeasonalNaive, SeasonalNaiveWeekly
+from prescaler_forecast._baselines import (
+    Persistence,
+    RecentMean,
+    RecentTrend,
+    SeasonalNaive,
+    SeasonalNaiveWeekly,
+)
 from prescaler_forecast._evaluation import (
     EvaluationResult,
     accuracy,
@@ -54,7 +62,7 @@ from prescaler_forecast._hygiene import (
 )
 from prescaler_forecast._prophet import ProphetForecaster
 from prescaler_forecast._selection import Evidence, Selection, SelectionConfig, select_model
-from prescaler_forecast._service import AUTO, ForecastService
+from prescaler_forecast._service import AUTO, SELECTION, ForecastService
 from prescaler_forecast._types import (
     STATUS_INSUFFICIENT_HISTORY,
     STATUS_OK,
@@ -68,6 +76,7 @@ __all__ = [
     "AUTO",
     "FALLBACK_MODEL",
     "MODEL_NAMES",
+    "SELECTION",
     "STATUS_INSUFFICIENT_HISTORY",
     "STATUS_OK",
     "Band",
@@ -82,7 +91,9 @@ __all__ = [
     "InsufficientHistoryError",
     "ModelRunner",
     "ModelSpec",
+    "Persistence",
     "ProphetForecaster",
+    "RecentMean",
     "RecentTrend",
     "SeasonalNaive",
     "SeasonalNaiveWeekly",

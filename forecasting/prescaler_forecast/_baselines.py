@@ -1,4 +1,5 @@
-"""Cheap models: seasonal-naive (same time yesterday / last week) and a robust recent trend."""
+"""Cheap models: persistence (last value, recent mean), seasonal-naive (same time yesterday /
+last week) and a robust recent trend."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import pandas as pd
 from prescaler_forecast._base import Band, Forecaster
 from prescaler_forecast._calibration import log_ratio_band, normal_quantile, trailing_mean
 
-__all__ = ["RecentTrend", "SeasonalNaive", "SeasonalNaiveWeekly"]
+__all__ = ["Persistence", "RecentMean", "RecentTrend", "SeasonalNaive", "SeasonalNaiveWeekly"]
 
 FloatArray = np.ndarray
 IntArray = np.ndarray
@@ -22,6 +23,57 @@ WEEK = 7 * DAY
 def _bins(seconds: float, step: float, lo: int = 1, hi: int | None = None) -> int:
     n = max(lo, round(seconds / step))
     return n if hi is None else min(n, hi)
+
+
+class Persistence(Forecaster):
+    """The last observed value, flat: the forecast every other model must beat.
+
+    On traffic whose next level is unpredictable (a random walk, a bursty service) nothing
+    beats it, and auto-selection then falls back to it on its own. The interval is the
+    empirical per-lead quantile of ``log(y[t + k] / level[t])`` over the last
+    ``calibration_seconds``: exactly this rule's own errors, so its band widens with the
+    lead as the data do.
+    """
+
+    name = "persistence"
+    window_seconds: float = 0.0
+    """Mean of the last ``window_seconds`` (0: the last value alone)."""
+
+    def __init__(self, *, calibration_seconds: float = 2 * DAY) -> None:
+        super().__init__()
+        self.calibration_seconds = calibration_seconds
+        self._levels: FloatArray = np.empty(0)
+
+    def min_history_seconds(self, step_seconds: float) -> float:
+        return 3 * step_seconds
+
+    def _fit(self) -> None:
+        calib = _bins(self.calibration_seconds, self._step)
+        window = _bins(self.window_seconds, self._step)
+        y = self._y[-(calib + window) :]
+        level = trailing_mean(y, window)
+        # A gap at the end: the last finite level stands.
+        self._levels = pd.Series(level).ffill().to_numpy()
+        last = self._levels[-1]
+        self._level = float(last) if np.isfinite(last) else 0.0
+
+    def _mean(self, leads: IntArray) -> FloatArray:
+        return np.full(len(leads), self._level)
+
+    def _band(self, n_leads: int, quantile: float) -> Band:
+        y, level = self._y[-len(self._levels) :], self._levels
+        lo = np.ones(n_leads)
+        hi = np.ones(n_leads)
+        for k in range(1, n_leads + 1):
+            lo[k - 1], hi[k - 1] = log_ratio_band(y[k:], level[:-k], quantile)
+        return Band.multiplicative(lo, hi)
+
+
+class RecentMean(Persistence):
+    """:class:`Persistence` on the mean of the last 10 minutes: steadier on noisy traffic."""
+
+    name = "recent_mean"
+    window_seconds = 600.0
 
 
 class SeasonalNaive(Forecaster):

@@ -23,7 +23,13 @@ import numpy as np
 import pandas as pd
 
 from prescaler_forecast._base import Band, Forecaster, check_quantile
-from prescaler_forecast._baselines import RecentTrend, SeasonalNaive, SeasonalNaiveWeekly
+from prescaler_forecast._baselines import (
+    Persistence,
+    RecentMean,
+    RecentTrend,
+    SeasonalNaive,
+    SeasonalNaiveWeekly,
+)
 from prescaler_forecast._hygiene import series_to_grid
 from prescaler_forecast._prophet import ProphetForecaster
 from prescaler_forecast._types import (
@@ -50,6 +56,8 @@ __all__ = [
 FloatArray = np.ndarray
 
 MODEL_NAMES: tuple[str, ...] = (
+    "persistence",
+    "recent_mean",
     "recent_trend",
     "seasonal_naive",
     "seasonal_naive_weekly",
@@ -141,6 +149,8 @@ def make_forecaster(spec: ModelSpec) -> Forecaster:
             lookback_seconds=spec.lookback_seconds,
         )
     factories: dict[str, Callable[[], Forecaster]] = {
+        "persistence": Persistence,
+        "recent_mean": RecentMean,
         "recent_trend": RecentTrend,
         "seasonal_naive": SeasonalNaive,
         "seasonal_naive_weekly": SeasonalNaiveWeekly,

@@ -10,6 +10,8 @@ import pytest
 
 from prescaler_forecast import (
     InsufficientHistoryError,
+    Persistence,
+    RecentMean,
     RecentTrend,
     SeasonalNaive,
     SeasonalNaiveWeekly,
@@ -93,3 +95,38 @@ def test_interval_covers_truth_at_roughly_the_stated_rate(
     result = rolling_origin(lambda a, b, c: runner.forecast(a, b, c), start, grid, 60, origins)
     assert result.pairs > 1500
     assert 0.8 <= result.coverage <= 0.98
+
+
+def test_persistence_is_the_last_value_and_recent_mean_the_last_ten_minutes(
+    seasonal: Callable[..., pd.Series],
+) -> None:
+    s = seasonal(days=1, noise="poisson")
+    last = Persistence().fit(s).predict(300)
+    assert [p.mean for p in last] == pytest.approx([float(s.iloc[-1])] * 5)
+    mean = RecentMean().fit(s).predict(300)
+    assert [p.mean for p in mean] == pytest.approx([float(s.iloc[-10:].mean())] * 5)
+
+
+def test_persistence_band_is_its_own_errors_and_widens_with_the_lead(
+    seasonal: Callable[..., pd.Series],
+) -> None:
+    # A random walk: the spread of y[t + k] / y[t] grows like sqrt(k).
+    rng = np.random.default_rng(3)
+    s = seasonal(days=2, noise="none")
+    s[:] = 100.0 * np.exp(np.cumsum(rng.normal(0.0, 0.02, len(s))))
+    points = Persistence().fit(s).predict(1800, quantile=0.9)
+    first, last = points[0], points[-1]
+    assert first.upper / first.mean > 1.01
+    assert np.log(last.upper / last.mean) > 3 * np.log(first.upper / first.mean)
+    # Calibrated: over the history, about 90 % of 30-minute-ahead values lie under the band.
+    y = s.to_numpy()
+    ratio = last.upper / last.mean
+    covered = np.mean(y[30:] <= y[:-30] * ratio)
+    assert 0.85 <= covered <= 0.95
+
+
+def test_persistence_rides_out_a_gap_at_the_end(seasonal: Callable[..., pd.Series]) -> None:
+    s = seasonal(days=1, noise="none")
+    s.iloc[-3:] = np.nan
+    points = RecentMean().fit(s).predict(120)
+    assert points[0].mean == pytest.approx(float(s.iloc[-10:-3].mean()), rel=1e-6)

@@ -23,8 +23,9 @@ from datetime import UTC, datetime
 from typing import Any
 
 from prescaler.cli._common import CliError, positive_float, print_json
+from prescaler_forecast import MODEL_NAMES
 
-_MODELS = "auto, prophet, seasonal_naive, seasonal_naive_weekly, recent_trend"
+_MODELS = ", ".join(("auto", *MODEL_NAMES))
 
 
 def register(subparsers: Any) -> None:
