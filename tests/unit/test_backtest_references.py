@@ -133,6 +133,7 @@ def test_cli_runs_the_references_and_records_their_knobs(tmp_path: Path) -> None
         f"{1_700_000_000 + 60 * i},{max(r, 0.0):.3f}\n" for i, r in enumerate(rps)
     ))
     bodies = {}
+    span = "name=mid,start=2023-11-15T00:00:20,end=2023-11-15T01:00:20"  # minute-aligned
     for target in ("0.5", "0.9"):
         out = tmp_path / f"{target}.json"
         timeline = tmp_path / f"{target}.csv"
@@ -142,7 +143,7 @@ def test_cli_runs_the_references_and_records_their_knobs(tmp_path: Path) -> None
             "--replica-tokens-per-second", "1000", "--scale-to-peak-replicas", "10",
             "--policies", "reactive,oracle,smoothed-oracle", "--hpa-target", target,
             "--smoothed-oracle-k", "1.3", "--smoothed-window-minutes", "15",
-            "--json", str(out), "--timeline", str(timeline), "--quiet",
+            "--json", str(out), "--timeline", str(timeline), "--quiet", "--score-span", span,
         ])
         assert code == 0
         bodies[target] = json.loads(out.read_text())
@@ -152,7 +153,38 @@ def test_cli_runs_the_references_and_records_their_knobs(tmp_path: Path) -> None
     assert body["hpa_target"] == 0.5
     assert body["smoothed_oracle"] == {"k": 1.3, "window_minutes": 15}
     assert "standby" not in body
+    mid = body["spans"]["mid"]
+    assert mid["start"] == "2023-11-15T00:00:20+00:00"
+    assert mid["policies"]["oracle"]["minutes"] == 60
+    assert mid["policies"]["oracle"]["shortfall_minutes"] == 0
     assert set(body["policies"]) == {"reactive", "oracle", "smoothed-oracle"}
     # A lower target keeps more headroom: more GPU-hours.
     assert (bodies["0.5"]["policies"]["reactive"]["gpu_hours"]
             > bodies["0.9"]["policies"]["reactive"]["gpu_hours"])
+
+
+# --------------------------------------------------------------------------- span scores
+
+
+def test_span_scores_restrict_every_measure_to_the_span() -> None:
+    from prescaler.backtest import run_backtest, span_score
+
+    demand = _demand(np.array([1400.0] * 5 + [7000.0] * 15))
+    config = _config(cold=240.0, max_replicas=20)
+    hpa = ReactivePolicy(CAP, config.min_replicas, config.max_replicas)
+    result = run_backtest(demand, [hpa], config)
+    run, whole = result.runs[0], result.scores["reactive"]
+    everything = span_score(run, demand, config, 0, 20)
+    assert everything["shortfall_minutes"] == whole.shortfall_minutes == 5
+    assert everything["gpu_hours"] == pytest.approx(whole.gpu_hours)
+    assert everything["unserved_token_fraction"] == pytest.approx(whole.unserved_token_fraction)
+    assert everything["scale_events"] == whole.scale_events
+    before, during = span_score(run, demand, config, 0, 5), span_score(run, demand, config, 5, 10)
+    assert (before["shortfall_minutes"], during["shortfall_minutes"]) == (0, 5)
+    assert before["unserved_token_fraction"] == 0.0
+    assert during["unserved_token_fraction"] > whole.unserved_token_fraction
+    # By unix time, a partial minute at either end counts.
+    spans = result.span_scores(demand.start + 5 * 60 + 10, demand.start + 9 * 60 + 1)
+    assert spans["reactive"]["minutes"] == 5
+    with pytest.raises(ValueError, match="no replayed minute"):
+        span_score(run, demand, config, 20, 30)

@@ -42,6 +42,7 @@ from prescaler.backtest._simulate import (
     fluid_queue,
     score,
     simulate,
+    span_score,
     timeline,
 )
 
@@ -73,6 +74,7 @@ __all__ = [
     "simulate",
     "smoothed_demand",
     "smoothed_oracle_replicas",
+    "span_score",
     "timeline",
     "worst_ramp",
     "write_plots",

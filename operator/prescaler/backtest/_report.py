@@ -20,6 +20,7 @@ from prescaler.backtest._simulate import (
     Score,
     score,
     simulate,
+    span_score,
     timeline,
 )
 
@@ -33,6 +34,16 @@ class BacktestResult:
 
     def timeline(self) -> pd.DataFrame:
         return timeline(self.demand, list(self.runs), self.config)
+
+    def span_scores(self, start: float, end: float) -> dict[str, dict[str, float | int]]:
+        """Each policy's :func:`span_score` over ``[start, end)`` (unix seconds), on whole
+        replayed minutes (a partial minute at either end counts)."""
+        origin = self.demand.replay_start
+        first = math.floor((start - origin) / MINUTE)
+        last = math.ceil((end - origin) / MINUTE)
+        return {
+            r.name: span_score(r, self.demand, self.config, first, last) for r in self.runs
+        }
 
     def ratios(self) -> dict[str, float | None]:
         def ratio(a: float, b: float) -> float | None:

@@ -305,6 +305,47 @@ def score(run: PolicyRun, demand: Demand, config: FleetConfig) -> Score:
     )
 
 
+def span_score(
+    run: PolicyRun, demand: Demand, config: FleetConfig, first_minute: int, end_minute: int
+) -> dict[str, float | int]:
+    """Scores of the replayed minutes ``[first_minute, end_minute)`` alone (e.g. a known
+    event's window): shortfall minutes, the unserved share of the span's tokens, GPU-hours
+    (standby included) and scale events in the span. The queue is the whole run's, so a
+    backlog from before the span still delays the span's tokens."""
+    spm = config.steps_per_minute
+    minutes = len(run.ready_per_step) // spm
+    a, b = max(0, first_minute), min(minutes, end_minute)
+    if a >= b:
+        raise ValueError("the span has no replayed minute")
+    dt = config.step_seconds
+    cap = config.replica_tokens_per_second
+    tokens_min = demand.replay_tokens_per_s[:minutes]
+    ready_min = run.ready_per_minute(spm)
+    shortfall = int(np.count_nonzero(short_of(ready_min[a:b], tokens_min[a:b], cap)))
+    arrivals = np.repeat(tokens_min, spm) * dt
+    capacity = run.ready_per_step.astype(float) * cap * dt
+    _, delayed = fluid_queue(arrivals, capacity)
+    steps = slice(a * spm, b * spm)
+    total = float(arrivals[steps].sum())
+    per_slot_hour = dt * config.gpus_per_replica / 3600.0
+    standby = 0.0
+    if run.standby_per_step is not None:
+        standby = float(run.standby_per_step[steps].sum()) * per_slot_hour
+        standby *= config.standby_cost_fraction
+    existing = run.existing_per_step
+    before = existing[a * spm - 1] if a > 0 else existing[0]
+    changes = np.diff(np.concatenate([[before], existing[steps]]))
+    return {
+        "minutes": b - a,
+        "shortfall_minutes": shortfall,
+        "unserved_token_fraction": float(delayed[steps].sum() / total) if total > 0 else 0.0,
+        "gpu_hours": float(existing[steps].sum()) * per_slot_hour + standby,
+        "standby_gpu_hours": standby,
+        "scale_events": int(np.count_nonzero(changes)),
+        "peak_replicas": int(existing[steps].max()),
+    }
+
+
 def timeline(demand: Demand, runs: list[PolicyRun], config: FleetConfig) -> pd.DataFrame:
     """The per-minute timeline in the brief's column order; then, for each policy that held
     standby, ``<policy>_standby`` (the most slots held within the minute)."""

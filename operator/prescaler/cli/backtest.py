@@ -28,6 +28,11 @@ one cold start later. Slots held cost ``--standby-cost-fraction F`` (default 1.0
 replica's GPU-hours, included in ``gpu_hours`` and reported alone as ``standby_gpu_hours``;
 the timeline gains ``predictive_standby``. Only the predictive policy has standby.
 
+``--score-span name=N,start=ISO,end=ISO`` (repeatable) also scores a span of the replay on
+its own, e.g. a known event's window and its pre-warm lead: the JSON's ``spans.N.policies``
+has each policy's shortfall minutes, unserved token fraction, GPU-hours and scale events in
+the span (the queue carries over from before it).
+
 The reported numbers and the benchmark command are in ``benchmarks/README.md``.
 """
 
@@ -293,6 +298,14 @@ def register(subparsers: Any) -> None:
 
     out = parser.add_argument_group("output")
     out.add_argument("--json", type=Path, metavar="OUT.json", dest="json_out")
+    out.add_argument(
+        "--score-span",
+        action="append",
+        default=[],
+        metavar="SPEC",
+        help="also score a span of the replay on its own (JSON 'spans'), e.g. "
+        "'name=event,start=2024-01-09T10:00,end=2024-01-10T10:00' (naive times are UTC)",
+    )
     out.add_argument("--timeline", type=Path, metavar="OUT.csv")
     out.add_argument(
         "--plot", type=Path, metavar="OUT.png", help="writes OUT.png, OUT-zoom.png and OUT-bars.png"
@@ -330,6 +343,48 @@ def _parse_window(spec: str) -> Any:
         )
     except (ValueError, KeyError) as exc:
         raise CliError(f"--window: {exc}") from None
+
+
+def _parse_span(spec: str) -> tuple[str, float, float]:
+    """``name=...,start=ISO,end=ISO`` -> (name, start, end) in unix seconds (naive = UTC)."""
+    import pandas as pd
+
+    fields: dict[str, str] = {}
+    for part in spec.split(","):
+        if "=" not in part:
+            raise CliError(f"--score-span: expected key=value pairs, got {part!r}")
+        key, value = part.split("=", 1)
+        fields[key.strip()] = value.strip()
+    unknown = set(fields) - {"name", "start", "end"}
+    if unknown:
+        raise CliError(f"--score-span: unknown key(s) {', '.join(sorted(unknown))}")
+    if "start" not in fields or "end" not in fields:
+        raise CliError("--score-span: needs start= and end=")
+    try:
+        bounds = [pd.Timestamp(fields[k]) for k in ("start", "end")]
+    except ValueError as exc:
+        raise CliError(f"--score-span: {exc}") from None
+    start, end = (b.tz_localize("UTC") if b.tzinfo is None else b for b in bounds)
+    if not end > start:
+        raise CliError("--score-span: end must be after start")
+    return fields.get("name", f"span{start.isoformat()}"), start.timestamp(), end.timestamp()
+
+
+def _span_scores(result: Any, spans: list[tuple[str, float, float]]) -> dict[str, Any]:
+    import pandas as pd
+
+    out: dict[str, Any] = {}
+    for name, start, end in spans:
+        try:
+            policies = result.span_scores(start, end)
+        except ValueError:
+            raise CliError(f"--score-span {name}: outside the replayed minutes") from None
+        out[name] = {
+            "start": pd.Timestamp(start, unit="s", tz="UTC").isoformat(),
+            "end": pd.Timestamp(end, unit="s", tz="UTC").isoformat(),
+            "policies": policies,
+        }
+    return out
 
 
 class _Progress:
@@ -428,6 +483,7 @@ def run(args: argparse.Namespace) -> int:
     # The forecaster works at the trace's own resolution (no finer than a minute).
     args.forecast_step = args.forecast_step_seconds or max(60.0, trace.step_seconds)
     windows = [_parse_window(w) for w in args.window]
+    spans = [_parse_span(s) for s in args.score_span]
     if "schedule-only" in args.policies and not windows:
         raise CliError("--policies: schedule-only needs at least one --window")
 
@@ -481,6 +537,7 @@ def run(args: argparse.Namespace) -> int:
             "capacity_constraint": capacity.binding_constraint,
             "wall_seconds": round(elapsed, 3),
             **_reference_settings(args, config, standby_max),
+            **({"spans": _span_scores(result, spans)} if spans else {}),
         },
     )
     if args.timeline is not None:
