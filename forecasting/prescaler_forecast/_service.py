@@ -38,17 +38,20 @@ from prescaler_forecast._fitting import (
     eligible_models,
     fallback_forecast,
     fit_grid_model,
+    forecast_from_fit,
 )
 from prescaler_forecast._hygiene import series_to_grid
 from prescaler_forecast._selection import Selection, SelectionConfig, select_model
 from prescaler_forecast._types import EventWindow, Forecast, InsufficientHistoryError
 
-__all__ = ["AUTO", "ForecastService"]
+__all__ = ["AUTO", "SELECTION", "ForecastService"]
 
 FloatArray = np.ndarray
 
 AUTO = "auto"
 """Model name that asks for auto-selection."""
+SELECTION = "selection"
+"""What :meth:`ForecastService.due_step` answers when the auto-selection is due."""
 
 
 class ForecastService:
@@ -184,6 +187,81 @@ class ForecastService:
             return self._forecast(start, values, now, tuple(e for e in eligible if e != name))
         runner.install(fitted)
         return self._forecast(start, values, now, eligible)
+
+    # ------------------------------------------------------------------ scheduling
+    # For callers that schedule the expensive steps themselves (the operator's fit queue):
+    # ``due_step`` says whether one is due, ``forecast_cached`` forecasts without running
+    # it, ``forecast_async`` runs it, and ``seed`` resumes from a selection kept elsewhere.
+
+    def seed(self, selection: Selection) -> bool:
+        """Adopt a selection made earlier (e.g. kept in a status by another process), so it
+        is not redone before it is due. Ignored (``False``) when this service has a
+        selection already, does not auto-select, or the selection names other models."""
+        if self.model != AUTO or self.selection is not None:
+            return False
+        known = set(self.candidates)
+        if selection.model not in known or not set(selection.candidates) <= known:
+            return False
+        self.selection = selection
+        return True
+
+    def due_step(self, history: pd.Series, now: float) -> str | None:
+        """The expensive step a forecast at ``now`` needs: ``"selection"``, the name of the
+        model to (re)fit, or ``None`` when :meth:`forecast_cached` is what
+        :meth:`forecast` would answer."""
+        start, values = self.grid(history, now)
+        eligible = self._eligible(start, values)
+        if not eligible:
+            return None
+        if self._selection_due(eligible, now):
+            return SELECTION
+        name = self._chosen(eligible)
+        runner = self.runner(name)
+        if not runner.cheap and runner.refit_due(now):
+            return name
+        return None
+
+    def forecast_cached(self, history: pd.Series, now: float) -> Forecast:
+        """The forecast at ``now`` without an expensive step: no selection, no Prophet fit.
+
+        Cheap models are refitted as usual. An expensive model's cached fit is used while
+        its curve covers the horizon, even when its refit is due. Without a usable fit of
+        the chosen model, the cheap model with the best selection score stands in (the
+        cheapest before any selection); the forecast's detail says so.
+        """
+        start, values = self.grid(history, now)
+        eligible = self._eligible(start, values)
+        if not eligible:
+            return self._fallback(values, now, "no model has enough history yet")
+        name = self._chosen(eligible)
+        runner = self.runner(name)
+        fitted = runner.fitted
+        if runner.cheap:
+            return self._forecast(start, values, now, eligible)
+        if fitted is not None and fitted.usable_at(now, self.horizon_seconds):
+            result = forecast_from_fit(fitted, start, values, now, self.horizon_seconds)
+            return self._decorate(result, name)
+        scores = self.selection.scores if self.selection is not None else {}
+        cheap = sorted(
+            (c for c in eligible if self.runner(c).cheap),
+            key=lambda c: (scores.get(c, math.inf), eligible.index(c)),
+        )
+        for candidate in cheap:
+            try:
+                result = self.runner(candidate).forecast(start, values, now)
+            except InsufficientHistoryError:
+                continue
+            note = f"interim: {candidate} until {name} is fitted"
+            score = scores.get(candidate)
+            detail = "; ".join(x for x in (note, result.detail) if x)
+            return replace(result, score=score, detail=detail)
+        return self._fallback(values, now, f"{name} is not fitted yet; no cheap model can stand in")
+
+    def _decorate(self, result: Forecast, name: str) -> Forecast:
+        if self.selection is None or self.selection.model != name:
+            return result
+        detail = "; ".join(x for x in (self.selection.describe(), result.detail) if x)
+        return replace(result, score=self.selection.score, detail=detail)
 
     # ------------------------------------------------------------------ internals
     def _eligible(self, start: float, values: FloatArray) -> tuple[str, ...]:

@@ -58,6 +58,8 @@ def register(registry: kopf.OperatorRegistry, runtime: Runtime) -> None:
         PLURAL,
         registry=registry,
         interval=interval,
+        # On the interval grid: a slow reconcile does not push the pool's next one later.
+        sharp=True,
         # Spread first runs over one period, so N pools do not fire in one burst.
         initial_delay=lambda **_: random.uniform(0, interval),
     )

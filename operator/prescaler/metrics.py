@@ -71,6 +71,51 @@ class Metrics:
         self.fits = Counter(
             "prescaler_forecast_fits_total", "Model fits and selections run", ("model",), registry=r
         )
+        self.forecast_stale = Gauge(
+            "prescaler_forecast_stale",
+            "1 while the pool plans with a stale forecast (a due fit or refresh is overdue)",
+            _POOL,
+            registry=r,
+        )
+        self.forecast_age = Gauge(
+            "prescaler_forecast_age_seconds",
+            "Seconds since the history behind the forecast's fit ended",
+            _POOL,
+            registry=r,
+        )
+        self.fit_queue_jobs = Gauge(
+            "prescaler_forecast_queue_jobs",
+            "Selection and fit jobs in the fit queue, by state (queued, running)",
+            ("state",),
+            registry=r,
+        )
+        self.fit_queue_wait = Histogram(
+            "prescaler_forecast_queue_wait_seconds",
+            "How long fit jobs waited past their due time before they started",
+            buckets=_SECONDS,
+            registry=r,
+        )
+        self.fit_queue_rejected = Counter(
+            "prescaler_forecast_queue_rejected_total",
+            "Fit jobs refused because the fit queue was full (retried later)",
+            registry=r,
+        )
+        self.forecast_series = Gauge(
+            "prescaler_forecast_series",
+            "Distinct demand series forecast (pools reading the same series share one)",
+            registry=r,
+        )
+        self.selections_resumed = Counter(
+            "prescaler_forecast_selections_resumed_total",
+            "Auto-selections taken over from a pool's status instead of being redone",
+            registry=r,
+        )
+        self.last_reconcile = Gauge(
+            "prescaler_last_reconcile_timestamp_seconds",
+            "When the pool was last reconciled (Unix seconds)",
+            _POOL,
+            registry=r,
+        )
         self.reconcile_duration = Histogram(
             "prescaler_reconcile_duration_seconds",
             "Duration of one pool's reconcile",
@@ -99,6 +144,9 @@ class Metrics:
             self.cold_start_seconds,
             self.shortfall,
             self.forecast_error,
+            self.forecast_stale,
+            self.forecast_age,
+            self.last_reconcile,
         ):
             with contextlib.suppress(KeyError):
                 gauge.remove(namespace, pool)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import math
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -73,6 +74,7 @@ from prescaler.sources import (
     MetricsUnavailable,
     PrometheusSource,
     PromQLError,
+    Queries,
     Snapshot,
     render_queries,
 )
@@ -157,6 +159,27 @@ def target_owner(me: TargetClaim, claims: Iterable[TargetClaim]) -> str | None:
     return rivals[0].name if rivals else None
 
 
+def demand_series_id(
+    url: str,
+    insecure: bool,
+    headers: Mapping[str, str],
+    basic: tuple[str, str] | None,
+    queries: Queries,
+) -> str:
+    """A digest naming the demand history a pool reads: what the history query depends on
+    (server, TLS, credentials, as a tenant may see other data, and the query)."""
+    parts = (
+        url.rstrip("/"),
+        insecure,
+        sorted(headers.items()),
+        basic,
+        queries.requests_per_second,
+        queries.requests_per_second_template,
+        queries.rate_window_seconds,
+    )
+    return hashlib.sha256(repr(parts).encode()).hexdigest()
+
+
 class InvalidPool(Exception):
     """The pool cannot be served as specified; the message says why."""
 
@@ -220,6 +243,7 @@ class Reconciler:
             return await self._invalid(pool, previous, exc, now)
         finally:
             self.metrics.reconcile_duration.observe(time.perf_counter() - started)
+            self.metrics.last_reconcile.labels(pool.namespace, pool.name).set(now)
 
     # ------------------------------------------------------------------ gather
     async def _gather(
@@ -258,7 +282,7 @@ class Reconciler:
         problem: str | None = None
         forecast: ForecastResult | None = None
         if spec.forecast is not None:
-            source = await self._source(pool, spec)
+            source, series_id = await self._source(pool, spec)
             loop = asyncio.get_running_loop()
             try:
                 snapshot = await loop.run_in_executor(self.io_executor, source.snapshot, now)
@@ -268,10 +292,17 @@ class Reconciler:
                 raise InvalidPool("InvalidPromQL", str(exc)) from None
             except MetricsUnavailable as exc:
                 problem = str(exc)
-            forecast = await self.forecasts.get(pool.uid, spec.forecast, windows, source, now)
+            kept = previous.forecast.selection if previous.forecast is not None else None
+            forecast = await self.forecasts.get(
+                pool.uid, spec.forecast, windows, source, series_id, now, kept=kept
+            )
         return Gathered(workload, current, cold_start, snapshot, problem, forecast)
 
-    async def _source(self, pool: PoolObject, spec: InferencePoolSpec) -> PrometheusSource:
+    async def _source(
+        self, pool: PoolObject, spec: InferencePoolSpec
+    ) -> tuple[PrometheusSource, str]:
+        """The pool's Prometheus source, and a digest naming its demand series (server,
+        TLS, credentials and query): pools with the same digest read the same history."""
         assert spec.forecast is not None
         fc = spec.forecast
         headers: dict[str, str] = {}
@@ -302,9 +333,12 @@ class Reconciler:
         except ValueError as exc:
             raise InvalidPool("InvalidSpec", f"spec.forecast: {exc}") from None
         key = repr((fc.prometheus, queries, sorted(headers.items()), basic))
+        series_id = demand_series_id(
+            fc.prometheus.url, fc.prometheus.insecure_skip_verify, headers, basic, queries
+        )
         cached = self._sources.get(pool.uid)
         if cached is not None and cached[0] == key:
-            return cached[1]
+            return cached[1], series_id
         if cached is not None:
             cached[1].close()
         source = PrometheusSource(
@@ -316,7 +350,7 @@ class Reconciler:
             timeout_seconds=self.prometheus_timeout_seconds,
         )
         self._sources[pool.uid] = (key, source)
-        return source
+        return source, series_id
 
     @staticmethod
     def _capacity(spec: InferencePoolSpec, snapshot: Snapshot | None) -> CapacityModel:
@@ -473,6 +507,11 @@ class Reconciler:
         m.ready_replicas.labels(*labels).set(gathered.workload.ready_replicas)
         m.standby_replicas.labels(*labels).set(decision.standby_replicas)
         m.cold_start_seconds.labels(*labels).set(gathered.cold_start.seconds)
+        result = gathered.forecast
+        if result is not None:
+            m.forecast_stale.labels(*labels).set(1 if result.stale else 0)
+            if result.age_seconds is not None:
+                m.forecast_age.labels(*labels).set(result.age_seconds)
         if decision.forecast_peak_requests_per_second is not None:
             m.predicted_demand.labels(*labels).set(decision.forecast_peak_requests_per_second)
         observed = gathered.snapshot.requests_per_second if gathered.snapshot else None
@@ -603,6 +642,8 @@ def compose_status(
     if result is not None and result.forecast is not None and spec.forecast is not None:
         fc = result.forecast
         forecast_status = forecast_view(fc, model=fc.model, score=fc.score, quantile=fc.quantile)
+    if forecast_status is not None and result is not None and result.selection is not None:
+        forecast_status = forecast_status.model_copy(update={"selection": result.selection})
     snapshot = gathered.snapshot
     demand = None
     if snapshot is not None:

@@ -1,15 +1,36 @@
-"""Forecasts per pool, refreshed in the background so a reconcile never waits long.
+"""Forecasts for the pools, shared per demand series and fitted off the reconcile path.
 
-Each pool has one :class:`prescaler_forecast.ForecastService` (rebuilt when its forecast
-spec changes), its demand history (fetched once over the lookback, then incrementally) and
-at most one refresh in flight. Expensive steps (model selection, Prophet fits) run in the
-process pool the service is given; Prometheus reads run in the thread pool.
+**Sharing.** Pools that read the same series (same Prometheus, same demand query, same
+credentials) with the same fit settings (model, step, horizon, quantile, refit, lookback
+and scheduled windows) share one :class:`_Series`: one history, one
+:class:`prescaler_forecast.ForecastService`, one selection and one fit for all of them.
+
+**Two paths.** A reconcile refreshes its series at most once per forecast step: it fetches
+the new history (thread pool) and forecasts *without* an expensive step
+(:meth:`ForecastService.forecast_cached`: cheap refits, a cached Prophet fit, or a cheap
+stand-in while the chosen model is not fitted yet). It waits for that refresh at most
+``wait_seconds``. When a selection or an expensive refit is due, the series is put on the
+fit queue (:mod:`prescaler.reconcile_fits`), which runs it in the process pool, fairly and
+a few at a time; the reconcile does not wait for it.
+
+**Restarts.** The selection is kept in the pool's status; a restarted operator seeds the
+series from it (when the fingerprint of series and settings matches) and does not redo it
+before it is due. A series' first job in a process is spread over
+``first_fit_spread_seconds`` so a restart does not start every fit at once.
+
+**Staleness.** When a due step waits longer than ``stale_seconds`` (a long queue, failing
+fits) or the history stops refreshing, the result says ``Stale``: the plan still uses the
+forecast (the planner holds on one older than its max age), and the condition and the
+``prescaler_forecast_stale`` metric make it visible.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
+import json
+import math
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Executor
@@ -17,22 +38,87 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
-from prescaler.api import ForecastSpec
+from prescaler.api import ForecastSpec, SelectionStatus
 from prescaler.metrics import Metrics
 from prescaler.planning import ScheduledWindow, event_windows
+from prescaler.reconcile_fits import FitScheduler
+from prescaler.reconcile_status import selection_from_status, selection_status
 from prescaler.sources import PrometheusSource
-from prescaler_forecast import STATUS_OK, Forecast, ForecastService
+from prescaler_forecast import (
+    AUTO,
+    SELECTION,
+    STATUS_OK,
+    EventWindow,
+    Forecast,
+    ForecastService,
+)
+
+RETRY_SECONDS = 600.0
+"""A job that left its step still due (e.g. too little history for Prophet) is not
+queued again sooner than this (or the refit period, if shorter)."""
+
+
+@dataclass(frozen=True, slots=True)
+class SeriesKey:
+    """Which fits a pool can share: a digest of its demand series and fit settings."""
+
+    digest: str
+
+    @property
+    def fingerprint(self) -> str:
+        """The short form kept in the status with the selection."""
+        return self.digest[:16]
+
+
+def series_key(series_id: str, spec: ForecastSpec, windows: Sequence[ScheduledWindow]) -> SeriesKey:
+    """The sharing key. ``series_id`` names the demand series (Prometheus, query and
+    credentials, already digested); only the spec fields that change a fit count, and of
+    the windows only what the fit sees (their occurrences, not their replica counts)."""
+    parts = {
+        "series": series_id,
+        "model": spec.model,
+        "step": spec.step_seconds,
+        "horizon": spec.horizon_seconds,
+        "quantile": spec.quantile,
+        "refit": spec.refit_seconds,
+        "lookback": spec.lookback_seconds,
+        "windows": [
+            [
+                w.name,
+                w.timezone,
+                w.start.isoformat() if w.start else None,
+                w.end.isoformat() if w.end else None,
+                w.cron,
+                w.duration_seconds,
+            ]
+            for w in windows
+        ],
+    }
+    text = json.dumps(parts, sort_keys=True, separators=(",", ":"))
+    return SeriesKey(hashlib.sha256(text.encode()).hexdigest())
 
 
 @dataclass
-class _Entry:
-    key: str
+class _Series:
+    key: SeriesKey
+    spec: ForecastSpec
     service: ForecastService
+    pools: set[str] = field(default_factory=set)
+    source: PrometheusSource | None = None
     history: pd.Series | None = None
+    history_at: float = -math.inf
+    """The time the history was last fetched up to."""
     forecast: Forecast | None = None
-    refreshed_at: float = float("-inf")
-    task: asyncio.Task[None] | None = None
+    refreshed_at: float = -math.inf
+    refresh: asyncio.Task[None] | None = None
     error: str | None = None
+    due: str | None = None
+    """The expensive step waiting (``selection`` or a model name), if any."""
+    due_since: float | None = None
+    retry_at: float = -math.inf
+    started: bool = False
+    """Whether this process queued a job for the series yet (the first one is spread)."""
+    closed: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,48 +129,76 @@ class ForecastResult:
     healthy: bool
     reason: str
     message: str
+    stale: bool = False
+    """An expensive step or the history refresh is overdue by more than the stale limit."""
+    age_seconds: float | None = None
+    """Seconds since the history behind the forecast's fit ended."""
+    selection: SelectionStatus | None = None
+    """The series' auto-selection, for the status."""
 
 
 @dataclass
 class ForecastHub:
-    """Per-pool forecast state for one operator process."""
+    """Forecast state of one operator process: shared series and the fit queue."""
 
     metrics: Metrics
     executor: Executor | None
     """Process pool for fits and selection (``None``: the loop's default thread pool)."""
     io_executor: Executor | None = None
     """Thread pool for Prometheus reads."""
-    wait_seconds: float = 10.0
+    wait_seconds: float = 2.0
+    """How long a reconcile waits for its series' history refresh (never for a fit)."""
+    fit_workers: int = 1
+    """Jobs the fit queue runs at once (the process pool's size)."""
+    fit_queue_limit: int = 4096
+    """Jobs the fit queue holds at most."""
+    first_fit_spread_seconds: float = 60.0
+    """A series' first job in this process is due within this long (spread by its key)."""
+    stale_seconds: float = 300.0
+    """A due step or refresh overdue by more than this makes the forecast ``Stale``."""
     clock: Callable[[], float] = time.time
-    _entries: dict[str, _Entry] = field(default_factory=dict)
+    make_service: Callable[[ForecastSpec, Sequence[EventWindow]], ForecastService] = field(
+        default=lambda spec, events: series_service(spec, events)
+    )
+    """Builds a series' forecaster (tests narrow the candidates)."""
+    _series: dict[SeriesKey, _Series] = field(default_factory=dict)
+    _pools: dict[str, SeriesKey] = field(default_factory=dict)
+    _fits: FitScheduler[SeriesKey] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self._fits = FitScheduler(
+            run=self._job,
+            workers=max(1, self.fit_workers),
+            limit=self.fit_queue_limit,
+            clock=self.clock,
+            on_start=lambda _key, waited: self.metrics.fit_queue_wait.observe(waited),
+        )
+
+    # ------------------------------------------------------------------ public
+    @property
+    def series_count(self) -> int:
+        return len(self._series)
 
     def forget(self, uid: str) -> None:
-        entry = self._entries.pop(uid, None)
-        if entry is not None and entry.task is not None:
-            entry.task.cancel()
+        """Detach a deleted pool; a series nobody reads any more is dropped."""
+        key = self._pools.pop(uid, None)
+        series = self._series.get(key) if key is not None else None
+        if series is None:
+            return
+        series.pools.discard(uid)
+        if not series.pools:
+            series.closed = True
+            if series.refresh is not None:
+                series.refresh.cancel()
+            self._fits.discard(series.key)
+            del self._series[series.key]
+        self._gauges()
 
-    def _entry(
-        self, uid: str, spec: ForecastSpec, windows: Sequence[ScheduledWindow], now: float
-    ) -> _Entry:
-        key = spec.model_dump_json() + "|" + repr(windows)
-        entry = self._entries.get(uid)
-        if entry is None or entry.key != key:
-            if entry is not None and entry.task is not None:
-                entry.task.cancel()
-            service = ForecastService(
-                model=spec.model,
-                horizon_seconds=spec.horizon_seconds,
-                step_seconds=spec.step_seconds,
-                quantile=spec.quantile,
-                refit_seconds=spec.refit_seconds,
-                lookback_seconds=spec.lookback_seconds,
-                events=event_windows(
-                    windows, now - spec.lookback_seconds, now + spec.horizon_seconds
-                ),
-            )
-            entry = _Entry(key=key, service=service)
-            self._entries[uid] = entry
-        return entry
+    def close(self) -> None:
+        self._fits.close()
+        for series in self._series.values():
+            if series.refresh is not None:
+                series.refresh.cancel()
 
     async def get(
         self,
@@ -92,76 +206,231 @@ class ForecastHub:
         spec: ForecastSpec,
         windows: Sequence[ScheduledWindow],
         source: PrometheusSource,
+        series_id: str,
         now: float,
+        kept: SelectionStatus | None = None,
     ) -> ForecastResult:
-        """The freshest forecast available within ``wait_seconds``."""
-        entry = self._entry(uid, spec, windows, now)
-        due = now - entry.refreshed_at >= min(spec.step_seconds, spec.refit_seconds)
-        if entry.task is None and (due or entry.forecast is None):
-            entry.task = asyncio.create_task(self._refresh(entry, spec, source, now))
-        if entry.task is not None:
-            task = entry.task
+        """The freshest forecast of the pool's series; waits at most ``wait_seconds``.
+
+        ``kept`` is the selection in the pool's status: it seeds a series that has none.
+        """
+        series = self._attach(uid, spec, windows, series_id, now)
+        series.source = source
+        if kept is not None:
+            self._seed(series, kept)
+        if series.refresh is None and now - series.refreshed_at >= spec.step_seconds:
+            series.refresh = asyncio.create_task(self._refresh(series, now))
+        task = series.refresh
+        if task is not None:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(asyncio.shield(task), timeout=self.wait_seconds)
-            if task.done():
-                entry.task = None
-        return self._result(entry)
+        self._gauges()
+        return self._result(series, now)
 
-    def _result(self, entry: _Entry) -> ForecastResult:
-        forecast = entry.forecast
+    # ------------------------------------------------------------------ series
+    def _attach(
+        self,
+        uid: str,
+        spec: ForecastSpec,
+        windows: Sequence[ScheduledWindow],
+        series_id: str,
+        now: float,
+    ) -> _Series:
+        key = series_key(series_id, spec, windows)
+        if self._pools.get(uid, key) != key:
+            self.forget(uid)
+        series = self._series.get(key)
+        if series is None:
+            events = event_windows(windows, now - spec.lookback_seconds, now + spec.horizon_seconds)
+            service = self.make_service(spec, events)
+            series = _Series(key=key, spec=spec, service=service)
+            self._series[key] = series
+        series.pools.add(uid)
+        self._pools[uid] = key
+        return series
+
+    def _seed(self, series: _Series, kept: SelectionStatus) -> None:
+        service = series.service
+        if service.selection is not None or self._fits.is_running(series.key):
+            return
+        selection = selection_from_status(kept, series.key.fingerprint, service.candidates)
+        if selection is not None and service.seed(selection):
+            self.metrics.selections_resumed.inc()
+
+    async def _refresh(self, series: _Series, now: float) -> None:
+        """New history, then a forecast without any expensive step; queue one if due."""
+        loop = asyncio.get_running_loop()
+        spec, service = series.spec, series.service
+        try:
+            assert series.source is not None
+            step = float(spec.step_seconds)
+            if series.history is None or series.history.empty:
+                start = now - spec.lookback_seconds
+            else:
+                start = series.history.index[-1].timestamp() - 5 * step
+            fresh = await loop.run_in_executor(
+                self.io_executor, series.source.history, start, now, step
+            )
+            if series.closed:
+                return
+            history = fresh if series.history is None else pd.concat([series.history, fresh])
+            history = history[~history.index.duplicated(keep="last")].sort_index()
+            cutoff = pd.Timestamp(now - spec.lookback_seconds, unit="s", tz="UTC")
+            series.history, series.history_at = history[history.index >= cutoff], now
+            due = service.due_step(series.history, now)
+            if due is None:
+                series.due = series.due_since = None
+            else:
+                self._want(series, due, now)
+            before = _fit_counts(service)
+            series.forecast = service.forecast_cached(series.history, now)
+            self._count_fits(service, before, None)
+            series.error = None
+        except Exception as exc:  # a boundary: any failure is reported, never raised
+            series.error = f"{type(exc).__name__}: {exc}"[:1000]
+        finally:
+            series.refreshed_at = now
+            series.refresh = None
+
+    def _want(self, series: _Series, due: str, now: float) -> None:
+        """Queue the series' due step unless it is queued or running already."""
+        if series.due != due or series.due_since is None:
+            series.due, series.due_since = due, now
+        if self._fits.busy(series.key):
+            return
+        due_at = max(now, series.retry_at)
+        if not series.started:
+            spread = int(series.key.digest[:8], 16) / 0xFFFFFFFF
+            due_at = now + spread * self.first_fit_spread_seconds
+        if self._fits.submit(series.key, due_at):
+            series.started = True
+        else:
+            self.metrics.fit_queue_rejected.inc()
+
+    async def _job(self, key: SeriesKey) -> None:
+        """The expensive step(s) of one series, in the process pool (run by the queue)."""
+        series = self._series.get(key)
+        if series is None or series.closed or series.history is None:
+            return
+        service, history, at = series.service, series.history, series.history_at
+        before, selection_before = _fit_counts(service), service.selection
+        started = time.perf_counter()
+        try:
+            await service.forecast_async(history, at, executor=self.executor)
+        except Exception as exc:  # a boundary: reported in the status, retried later
+            series.error = f"{type(exc).__name__}: {exc}"[:1000]
+            series.retry_at = self.clock() + min(RETRY_SECONDS, series.spec.refit_seconds)
+            return
+        self._count_fits(service, before, time.perf_counter() - started)
+        if service.selection is not selection_before:
+            self.metrics.fits.labels("selection").inc()
+            self.metrics.fit_duration.labels("selection").observe(time.perf_counter() - started)
+        if series.closed or series.history is None:
+            return
+        # Forecast again from the newest history, now with the new fit or selection.
+        now = series.history_at
+        series.forecast = service.forecast_cached(series.history, now)
+        series.error = None
+        due = service.due_step(series.history, now)
+        if due is None:
+            series.due = series.due_since = None
+        else:  # the step did not help (e.g. too little history for it): not again soon
+            series.retry_at = self.clock() + min(RETRY_SECONDS, series.spec.refit_seconds)
+
+    # ------------------------------------------------------------------ reporting
+    def _count_fits(
+        self, service: ForecastService, before: dict[str, int], elapsed: float | None
+    ) -> None:
+        for name, count in _fit_counts(service).items():
+            fits = count - before.get(name, 0)
+            if fits > 0:
+                self.metrics.fits.labels(name).inc(fits)
+                if elapsed is not None and not service.runner(name).cheap:
+                    self.metrics.fit_duration.labels(name).observe(elapsed)
+
+    def _gauges(self) -> None:
+        self.metrics.fit_queue_jobs.labels("queued").set(self._fits.pending)
+        self.metrics.fit_queue_jobs.labels("running").set(self._fits.running)
+        self.metrics.forecast_series.set(len(self._series))
+
+    def _result(self, series: _Series, now: float) -> ForecastResult:
+        service = series.service
+        forecast = series.forecast
+        selection = selection_status(service.selection, series.key.fingerprint)
         if forecast is None:
-            if entry.error is not None:
-                return ForecastResult(None, False, "ForecastFailed", entry.error)
+            if series.error is not None:
+                return ForecastResult(None, False, "ForecastFailed", series.error)
             return ForecastResult(None, False, "Pending", "first forecast is being fitted")
         if forecast.status != STATUS_OK:
             message = f"{forecast.status}: {forecast.detail}"
             return ForecastResult(None, False, "InsufficientHistory", message)
-        if entry.error is not None:
-            return ForecastResult(forecast, False, "RefreshFailed", entry.error)
-        message = f"{forecast.model}" + (
-            f", sMAPE {forecast.score:.1f}%" if forecast.score is not None else ""
-        )
-        return ForecastResult(forecast, True, "Fresh", message)
+        age = _fit_age(service, forecast, now)
+        overdue = now - series.due_since if series.due_since is not None else 0.0
+        lag = now - forecast.generated_at
+        stale = max(overdue, lag) > self.stale_seconds
 
-    async def _refresh(
-        self, entry: _Entry, spec: ForecastSpec, source: PrometheusSource, now: float
-    ) -> None:
-        loop = asyncio.get_running_loop()
-        try:
-            step = float(spec.step_seconds)
-            if entry.history is None or entry.history.empty:
-                start = now - spec.lookback_seconds
-            else:
-                start = entry.history.index[-1].timestamp() - 5 * step
-            fresh = await loop.run_in_executor(self.io_executor, source.history, start, now, step)
-            history = fresh if entry.history is None else pd.concat([entry.history, fresh])
-            history = history[~history.index.duplicated(keep="last")].sort_index()
-            cutoff = pd.Timestamp(now - spec.lookback_seconds, unit="s", tz="UTC")
-            entry.history = history[history.index >= cutoff]
-            before = self._fit_counts(entry.service)
-            selection_before = entry.service.selection
-            started = time.perf_counter()
-            forecast = await entry.service.forecast_async(
-                entry.history, now, executor=self.executor
+        def result(healthy: bool, reason: str, message: str) -> ForecastResult:
+            return ForecastResult(forecast, healthy, reason, message, stale, age, selection)
+
+        if series.error is not None:
+            return result(False, "RefreshFailed", series.error)
+        if stale:
+            return result(False, "Stale", self._stale_message(series, forecast, overdue, lag, age))
+        wanted = service.selection.model if service.selection is not None else None
+        if service.model != AUTO:
+            wanted = service.model
+        if (wanted is None and series.due == SELECTION) or (
+            wanted is not None and forecast.model != wanted
+        ):
+            waiting = wanted or "the selection"
+            return result(True, "Interim", f"{_describe(forecast)} until {waiting} is ready")
+        return result(True, "Fresh", _describe(forecast))
+
+    def _stale_message(
+        self, series: _Series, forecast: Forecast, overdue: float, lag: float, age: float | None
+    ) -> str:
+        parts: list[str] = []
+        if overdue > self.stale_seconds:
+            ahead = self._fits.ahead_of(series.key)
+            where = (
+                "running"
+                if self._fits.is_running(series.key)
+                else f"{ahead} jobs ahead of it in the fit queue"
+                if ahead is not None
+                else "not queued (queue full or retrying later)"
             )
-            elapsed = time.perf_counter() - started
-            after = self._fit_counts(entry.service)
-            for name, count in after.items():
-                fits = count - before.get(name, 0)
-                if fits > 0:
-                    self.metrics.fits.labels(name).inc(fits)
-                    if not entry.service.runner(name).cheap:
-                        self.metrics.fit_duration.labels(name).observe(elapsed)
-            if entry.service.selection is not selection_before:
-                self.metrics.fits.labels("selection").inc()
-                self.metrics.fit_duration.labels("selection").observe(elapsed)
-            entry.forecast = forecast
-            entry.error = None
-        except Exception as exc:  # a boundary: any failure is reported, never raised
-            entry.error = f"{type(exc).__name__}: {exc}"[:1000]
-        finally:
-            entry.refreshed_at = now
+            parts.append(f"{series.due} overdue for {overdue:.0f} s ({where})")
+        if lag > self.stale_seconds:
+            parts.append(f"history not refreshed for {lag:.0f} s")
+        fitted = f", fitted {age:.0f} s ago" if age is not None else ""
+        parts.append(f"planning with {forecast.model}{fitted}")
+        return "; ".join(parts)
 
-    @staticmethod
-    def _fit_counts(service: ForecastService) -> dict[str, int]:
-        return {name: service.runner(name).fit_count for name in service.candidates}
+
+def series_service(spec: ForecastSpec, events: Sequence[EventWindow]) -> ForecastService:
+    """The forecaster of a series, as its pools' ``spec.forecast`` asks for."""
+    return ForecastService(
+        model=spec.model,
+        horizon_seconds=spec.horizon_seconds,
+        step_seconds=spec.step_seconds,
+        quantile=spec.quantile,
+        refit_seconds=spec.refit_seconds,
+        lookback_seconds=spec.lookback_seconds,
+        events=events,
+    )
+
+
+def _fit_counts(service: ForecastService) -> dict[str, int]:
+    return {name: service.runner(name).fit_count for name in service.candidates}
+
+
+def _fit_age(service: ForecastService, forecast: Forecast, now: float) -> float | None:
+    if forecast.model not in service.candidates:
+        return None
+    fitted = service.runner(forecast.model).fitted
+    return None if fitted is None else max(0.0, now - fitted.history_end)
+
+
+def _describe(forecast: Forecast) -> str:
+    score = f", sMAPE {forecast.score:.1f}%" if forecast.score is not None else ""
+    return f"{forecast.model}{score}"

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import multiprocessing
+import os
 import threading
 from concurrent.futures import Executor, ProcessPoolExecutor, ThreadPoolExecutor
 from dataclasses import dataclass
@@ -46,14 +47,22 @@ class Runtime:
         fit_pool: Executor | None = None
         if rs.forecast_workers > 0:
             # spawn: forking a process that runs threads is unsafe.
+            # nice: fits are background work and must not slow the reconciles down.
             fit_pool = ProcessPoolExecutor(
-                max_workers=rs.forecast_workers, mp_context=multiprocessing.get_context("spawn")
+                max_workers=rs.forecast_workers,
+                mp_context=multiprocessing.get_context("spawn"),
+                initializer=os.nice,
+                initargs=(rs.fit_worker_nice,),
             )
         hub = ForecastHub(
             metrics=metrics,
             executor=fit_pool,
             io_executor=io_pool,
             wait_seconds=rs.forecast_wait_seconds,
+            fit_workers=max(1, rs.forecast_workers),
+            fit_queue_limit=rs.fit_queue_limit,
+            first_fit_spread_seconds=rs.first_fit_spread_seconds,
+            stale_seconds=rs.forecast_stale_seconds,
         )
         reconciler = Reconciler(
             kube=kube,
@@ -66,6 +75,7 @@ class Runtime:
         return cls(settings, metrics, reconciler, kube, io_pool, fit_pool)
 
     def close(self) -> None:
+        self.reconciler.forecasts.close()
         if self.fit_pool is not None:
             self.fit_pool.shutdown(wait=False, cancel_futures=True)
         self.io_pool.shutdown(wait=False, cancel_futures=True)

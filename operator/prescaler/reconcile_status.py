@@ -18,10 +18,12 @@ from prescaler.api import (
     ForecastPoint,
     ForecastStatus,
     InferencePoolStatus,
+    SelectionStatus,
     WindowStatus,
 )
 from prescaler.kube import PodStart
 from prescaler.planning import ForecastLike, ScheduledWindow
+from prescaler_forecast import Selection
 
 STUCK_POD_SECONDS = 3600.0
 """A pod not Ready this long after creation is not waited for (it is not a cold start)."""
@@ -113,6 +115,42 @@ def forecast_view(
         horizon_seconds=round(horizon, 1),
         peak=None if peak is None else round(peak, 4),
         points=shown[:MAX_FORECAST_POINTS],
+    )
+
+
+def selection_status(selection: Selection | None, fingerprint: str) -> SelectionStatus | None:
+    """The compact status form of an auto-selection (``None`` when it has no score: with
+    too little history to backtest there is nothing worth keeping)."""
+    if selection is None or selection.score is None or not math.isfinite(selection.score):
+        return None
+    return SelectionStatus(
+        model=selection.model,
+        score=round(selection.score, 3),
+        selected_at=rfc3339(selection.at),
+        scores={k: round(v, 3) for k, v in selection.scores.items() if math.isfinite(v)},
+        origins=selection.origins,
+        fingerprint=fingerprint,
+    )
+
+
+def selection_from_status(
+    status: SelectionStatus | None, fingerprint: str, candidates: Sequence[str]
+) -> Selection | None:
+    """The selection a previous operator kept in the status, if it was made for the same
+    series and settings (``fingerprint``); ``candidates`` orders the scored models."""
+    if status is None or status.fingerprint != fingerprint:
+        return None
+    at = parse_rfc3339(status.selected_at)
+    scored = tuple(c for c in candidates if c in status.scores)
+    if at is None or status.model not in scored or len(scored) != len(status.scores):
+        return None
+    return Selection(
+        model=status.model,
+        score=status.score,
+        scores=dict(status.scores),
+        at=at,
+        origins=status.origins,
+        candidates=scored,
     )
 
 

@@ -50,8 +50,20 @@ class ReconcileSettings:
     """Threads for Kubernetes and Prometheus calls (both are blocking clients)."""
     forecast_workers: int = 2
     """Processes for forecast fits and model selection (0: fit in a thread instead)."""
-    forecast_wait_seconds: float = 10.0
-    """How long a reconcile waits for a forecast refresh before using the previous one."""
+    forecast_wait_seconds: float = 2.0
+    """How long a reconcile waits for its forecast's history refresh before using the
+    previous forecast. It never waits for a model selection or an expensive fit: those go
+    to the fit queue."""
+    fit_queue_limit: int = 4096
+    """Selection and fit jobs the fit queue holds at most (one per shared demand series)."""
+    first_fit_spread_seconds: float = 60.0
+    """After a start, each series' first job is due within this long, so a restart does
+    not start every fit at once."""
+    forecast_stale_seconds: float = 300.0
+    """A due fit or history refresh overdue by more than this marks the forecast stale
+    (condition ForecastHealthy reason Stale, metric ``prescaler_forecast_stale``)."""
+    fit_worker_nice: int = 10
+    """Niceness of the fit processes, so fits yield the CPU to reconciles (0: unchanged)."""
     prometheus_timeout_seconds: float = 10.0
     """Timeout of one Prometheus query."""
     rate_window: str = "2m"
@@ -78,6 +90,10 @@ class OperatorSettings:
             raise ValueError("kube threads must be >= 1")
         if self.reconcile.forecast_workers < 0:
             raise ValueError("forecast workers must be >= 0")
+        if self.reconcile.fit_queue_limit < 1:
+            raise ValueError("fit queue limit must be >= 1")
+        if not 0 <= self.reconcile.fit_worker_nice <= 19:
+            raise ValueError("fit worker nice must be in 0..19")
         if not 0 <= self.metrics.port <= 65535:
             raise ValueError("metrics port must be in 0..65535")
 

@@ -69,6 +69,25 @@ class ForecastPoint(WireModel):
     """Upper quantile."""
 
 
+class SelectionStatus(WireModel):
+    """The latest auto-selection. A restarted operator resumes from it instead of
+    backtesting again before the selection is due."""
+
+    model: str = Field(max_length=128)
+    """The model the backtest selected."""
+    score: float
+    """Its backtest sMAPE, percent (lower is better)."""
+    selected_at: str = Field(max_length=64)
+    """When the selection ran (RFC 3339); it is redone some hours later."""
+    scores: dict[str, float] = Field(default_factory=dict, max_length=16)
+    """Backtest sMAPE of every candidate, percent."""
+    origins: int = 0
+    """Forecast origins every candidate was scored at."""
+    fingerprint: str = Field(default="", max_length=64)
+    """Digest of the demand series and forecast settings it was made for (if they change,
+    the selection is redone)."""
+
+
 class ForecastStatus(WireModel):
     """A compact view of the forecast the plan used."""
 
@@ -86,6 +105,8 @@ class ForecastStatus(WireModel):
     """Largest upper-quantile demand (requests/s) over the horizon."""
     points: list[ForecastPoint] = Field(default_factory=list, max_length=MAX_FORECAST_POINTS)
     """About a dozen points spread over the horizon."""
+    selection: SelectionStatus | None = None
+    """The latest auto-selection (``model: auto`` only)."""
 
 
 class ColdStartStatus(WireModel):
