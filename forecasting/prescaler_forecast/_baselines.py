@@ -9,7 +9,12 @@ import numpy as np
 import pandas as pd
 
 from prescaler_forecast._base import Band, Forecaster
-from prescaler_forecast._calibration import log_ratio_band, normal_quantile, trailing_mean
+from prescaler_forecast._calibration import (
+    log_ratio_band,
+    normal_quantile,
+    trailing_mean,
+    trailing_median,
+)
 
 __all__ = ["Persistence", "RecentMean", "RecentTrend", "SeasonalNaive", "SeasonalNaiveWeekly"]
 
@@ -79,8 +84,8 @@ class RecentMean(Persistence):
 class SeasonalNaive(Forecaster):
     """Same time one period ago, scaled by the recent level.
 
-    ``mean(t) = smooth(y)(t - P) * level_ratio`` where ``level_ratio`` is the mean of the
-    last ``level_seconds`` divided by the mean of the same window one period earlier
+    ``mean(t) = smooth(y)(t - P) * level_ratio`` where ``level_ratio`` is the median of the
+    last ``level_seconds`` divided by the median of the same window one period earlier
     (clipped to [0.25, 4]); ``smooth`` is a centred moving average over ``smooth_seconds``.
     The interval comes from the empirical log-ratio errors of exactly this rule over the
     last ``calibration_seconds`` of history, per lead.
@@ -115,7 +120,8 @@ class SeasonalNaive(Forecaster):
             pd.Series(self._y).rolling(width, center=True, min_periods=1).mean().to_numpy()
         )
         # ratio_series[i]: the level ratio an origin whose last observed bin is i would use.
-        level = trailing_mean(self._y, self._level)
+        # Medians, so that a burst inside the level window does not scale the whole day.
+        level = trailing_median(self._y, self._level)
         before = np.full(len(level), np.nan)
         before[self._period :] = level[: -self._period]
         with np.errstate(invalid="ignore", divide="ignore"):

@@ -13,7 +13,24 @@ from statistics import NormalDist
 import numpy as np
 import pandas as pd
 
-__all__ = ["DEFAULT_LOG_SPREAD", "log_ratio_band", "normal_quantile", "trailing_mean"]
+__all__ = [
+    "DEFAULT_LOG_SPREAD",
+    "NOWCAST_DECAY_SECONDS",
+    "decay_ratio",
+    "log_ratio_band",
+    "normal_quantile",
+    "robust_ratio",
+    "rolling_ratio",
+    "trailing_mean",
+    "trailing_median",
+]
+
+NOWCAST_DECAY_SECONDS = 3600.0
+"""How fast a nowcast correction fades over the horizon (e-folding time): a level that
+differs from the model's curve now mostly still differs in ten minutes, much less so in
+three hours."""
+
+RATIO_CLIP = (1 / 3, 3.0)
 
 FloatArray = np.ndarray
 
@@ -33,6 +50,13 @@ def trailing_mean(values: FloatArray, window: int) -> FloatArray:
     when none is finite)."""
     series = pd.Series(np.asarray(values, dtype=float))
     return series.rolling(max(1, window), min_periods=1).mean().to_numpy()
+
+
+def trailing_median(values: FloatArray, window: int) -> FloatArray:
+    """Median of the finite values among the last ``window`` entries up to each index: a
+    level that a short burst inside the window does not move."""
+    series = pd.Series(np.asarray(values, dtype=float))
+    return series.rolling(max(1, window), min_periods=1).median().to_numpy()
 
 
 def log_ratio_band(
@@ -57,3 +81,45 @@ def log_ratio_band(
     hi = float(np.quantile(ratios, quantile))
     lo = float(np.quantile(ratios, 1 - quantile))
     return min(1.0, math.exp(lo)), max(1.0, math.exp(hi))
+
+
+def robust_ratio(observed: FloatArray, expected: FloatArray) -> float:
+    """The burst-proof nowcast: the median of the per-bin ratios ``observed / expected``.
+
+    A mean ratio lets one burst that ended minutes ago hold the whole forecast at the
+    burst's level (a 10-minute 4x burst that ended 3 minutes before the origin read x2.0
+    through a 5-minute mean); the median of the window's bins follows the majority of
+    them, so the level returns with the traffic. Bins with a missing value or a
+    non-positive expectation are skipped; ``1.0`` when none is left. Clipped to [1/3, 3].
+    """
+    o = np.asarray(observed, dtype=float)
+    e = np.asarray(expected, dtype=float)
+    n = min(len(o), len(e))
+    o, e = o[:n], e[:n]
+    ok = np.isfinite(o) & np.isfinite(e) & (e > 0) & (o >= 0)
+    if not ok.any():
+        return 1.0
+    return float(np.clip(np.median(o[ok] / e[ok]), *RATIO_CLIP))
+
+
+def rolling_ratio(observed: FloatArray, expected: FloatArray, window: int) -> FloatArray:
+    """:func:`robust_ratio` at every index over the trailing ``window`` bins (1.0 where
+    nothing is known), for calibrating a band on exactly the nowcast the forecasts use."""
+    o = np.asarray(observed, dtype=float)
+    e = np.asarray(expected, dtype=float)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        per_bin = np.where((e > 0) & np.isfinite(o) & (o >= 0), o / e, np.nan)
+    rolled = pd.Series(per_bin).rolling(max(1, window), min_periods=1).median().to_numpy()
+    return np.clip(np.where(np.isfinite(rolled), rolled, 1.0), *RATIO_CLIP)
+
+
+def decay_ratio(
+    ratio: float | FloatArray, lead_seconds: FloatArray, decay_seconds: float
+) -> FloatArray:
+    """The nowcast correction at each lead: ``ratio ** exp(-lead / decay)`` (in log space
+    it fades exponentially; ``decay_seconds <= 0`` keeps it whole)."""
+    lead = np.asarray(lead_seconds, dtype=float)
+    if not decay_seconds > 0:
+        return np.asarray(np.broadcast_to(np.asarray(ratio, dtype=float), lead.shape), float)
+    weight = np.exp(-np.maximum(lead, 0.0) / decay_seconds)
+    return np.asarray(np.exp(np.log(ratio) * weight), dtype=float)

@@ -7,9 +7,11 @@ only the arrays it needs: the model's curve from a little before the end of the 
 to ``valid_seconds + horizon`` after it, and the interval per lead.
 
 :func:`forecast_from_fit` turns a fitted model into a :class:`Forecast` at any later "now"
-inside that range: if the model takes a nowcast (Prophet), the curve is scaled by the ratio
-of the observed mean to the curve's mean over the last ``nowcast_seconds`` before now
-(clipped to [1/3, 3]), so a sudden level shift is followed at once, not at the next refit.
+inside that range: if the model takes a nowcast (Prophet), the curve is scaled by the
+median of the per-bin ratios observed / curve over the last ``nowcast_seconds`` before now
+(clipped to [1/3, 3]), so a sudden level shift is followed at once, not at the next refit,
+while a burst that has already ended does not hold the forecast up. The correction fades
+over the horizon (``nowcast_decay_seconds``), as a deviation from the seasonal curve does.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from prescaler_forecast._baselines import (
     SeasonalNaive,
     SeasonalNaiveWeekly,
 )
+from prescaler_forecast._calibration import NOWCAST_DECAY_SECONDS, decay_ratio, robust_ratio
 from prescaler_forecast._hygiene import series_to_grid
 from prescaler_forecast._prophet import ProphetForecaster
 from prescaler_forecast._types import (
@@ -88,6 +91,8 @@ class ModelSpec:
     """Scheduled windows, past and future, turned into Prophet regressors."""
     nowcast_seconds: float = 300.0
     """Window of the nowcast ratio."""
+    nowcast_decay_seconds: float = NOWCAST_DECAY_SECONDS
+    """How fast the nowcast correction fades over the horizon (e-folding time)."""
 
     def __post_init__(self) -> None:
         if self.name not in MODEL_NAMES:
@@ -125,6 +130,8 @@ class FittedModel:
     nowcast_bins: int
     fit_seconds: float
     """Wall time of the fit (for reports)."""
+    nowcast_decay_seconds: float = NOWCAST_DECAY_SECONDS
+    """How fast the nowcast correction fades over the horizon (e-folding time)."""
 
     @property
     def curve_end(self) -> float:
@@ -142,10 +149,15 @@ def make_forecaster(spec: ModelSpec) -> Forecaster:
     """A fresh, unfitted model for this spec."""
     if spec.name == "prophet":
         if spec.lookback_seconds is None:
-            return ProphetForecaster(events=spec.events, nowcast_seconds=spec.nowcast_seconds)
+            return ProphetForecaster(
+                events=spec.events,
+                nowcast_seconds=spec.nowcast_seconds,
+                nowcast_decay_seconds=spec.nowcast_decay_seconds,
+            )
         return ProphetForecaster(
             events=spec.events,
             nowcast_seconds=spec.nowcast_seconds,
+            nowcast_decay_seconds=spec.nowcast_decay_seconds,
             lookback_seconds=spec.lookback_seconds,
         )
     factories: dict[str, Callable[[], Forecaster]] = {
@@ -196,6 +208,7 @@ def fit_grid_model(
         nowcast=model.nowcast,
         nowcast_bins=nowcast_bins,
         fit_seconds=time.perf_counter() - began,
+        nowcast_decay_seconds=spec.nowcast_decay_seconds,
     )
 
 
@@ -235,7 +248,8 @@ def forecast_from_fit(
     ratio = 1.0
     if fitted.nowcast:
         ratio = _nowcast_ratio(fitted, start, values, origin)
-        mean = mean * ratio
+        leads = np.arange(len(mean), dtype=float) * step
+        mean = mean * decay_ratio(ratio, leads, fitted.nowcast_decay_seconds)
     mean, lower, upper = fitted.band.apply(mean)
     points = tuple(
         ForecastPoint(origin + (k + 1) * step, float(m), float(lo), float(hi))
@@ -263,13 +277,7 @@ def _nowcast_ratio(fitted: FittedModel, start: float, values: FloatArray, origin
     if c0 < 0:
         return 1.0
     expected = fitted.curve[c0 : c0 + len(observed)]
-    ok = np.isfinite(observed[: len(expected)])
-    if not ok.any():
-        return 1.0
-    denominator = float(expected[ok].mean())
-    if denominator <= 0:
-        return 1.0
-    return float(np.clip(observed[: len(expected)][ok].mean() / denominator, 1 / 3, 3.0))
+    return robust_ratio(observed[: len(expected)], expected)
 
 
 def fallback_forecast(

@@ -30,7 +30,13 @@ import pandas as pd
 from pandas.errors import Pandas4Warning
 
 from prescaler_forecast._base import Band, Forecaster
-from prescaler_forecast._calibration import log_ratio_band, trailing_mean
+from prescaler_forecast._calibration import (
+    NOWCAST_DECAY_SECONDS,
+    decay_ratio,
+    log_ratio_band,
+    robust_ratio,
+    rolling_ratio,
+)
 from prescaler_forecast._types import EventWindow
 
 __all__ = ["ProphetForecaster", "quiet_prophet"]
@@ -67,8 +73,9 @@ class ProphetForecaster(Forecaster):
       fitted history are kept too: the history is the recent ``lookback`` plus
       ``event_context_seconds`` around each older occurrence in the given series.
     * :meth:`predict` applies the nowcast correction at the end of the history: the curve
-      is scaled by the ratio of the observed to the fitted mean over the last
-      ``nowcast_seconds``.
+      is scaled by the median of the per-bin ratios observed / fitted over the last
+      ``nowcast_seconds`` (burst-proof), fading over the horizon with
+      ``nowcast_decay_seconds``.
     """
 
     name = "prophet"
@@ -82,6 +89,7 @@ class ProphetForecaster(Forecaster):
         lookback_seconds: float | None = 14 * DAY,
         max_fit_points: int = 2100,
         nowcast_seconds: float = 300.0,
+        nowcast_decay_seconds: float = NOWCAST_DECAY_SECONDS,
         calibration_seconds: float = DAY,
         daily_min_days: float = 2.0,
         weekly_min_days: float = 14.0,
@@ -94,6 +102,7 @@ class ProphetForecaster(Forecaster):
         self.lookback_seconds = lookback_seconds
         self.max_fit_points = max_fit_points
         self.nowcast_seconds = nowcast_seconds
+        self.nowcast_decay_seconds = nowcast_decay_seconds
         self.calibration_seconds = calibration_seconds
         self.daily_min_days = daily_min_days
         self.weekly_min_days = weekly_min_days
@@ -162,10 +171,8 @@ class ProphetForecaster(Forecaster):
         back = min(n, _bins(self.calibration_seconds, step) + self._nowcast_bins())
         self._insample_from = n - back
         self._insample = self._raw(np.arange(self._insample_from, n))
-        observed = trailing_mean(y, self._nowcast_bins())[-1]
-        fitted = float(np.mean(self._insample[-self._nowcast_bins() :]))
-        if math.isfinite(observed) and fitted > 0:
-            self._ratio = float(np.clip(observed / fitted, 1 / 3, 3.0))
+        window = self._nowcast_bins()
+        self._ratio = robust_ratio(y[-window:], self._insample[-window:])
 
     def _nowcast_bins(self) -> int:
         return _bins(self.nowcast_seconds, self._step)
@@ -191,7 +198,10 @@ class ProphetForecaster(Forecaster):
 
     # ------------------------------------------------------------------ prediction
     def _mean(self, leads: IntArray) -> FloatArray:
-        return self._raw(len(self._y) - 1 + np.asarray(leads, dtype=int)) * self._ratio
+        leads = np.asarray(leads, dtype=int)
+        ratio = decay_ratio(self._ratio, (leads - 1) * self._step, self.nowcast_decay_seconds)
+        mean: FloatArray = self._raw(len(self._y) - 1 + leads) * ratio
+        return mean
 
     def raw_curve(self, first_bin: int, n_bins: int) -> FloatArray:
         """Prophet's curve without the nowcast, for grid bins ``first_bin ..`` (0 = first
@@ -203,16 +213,17 @@ class ProphetForecaster(Forecaster):
         y = self._y[self._insample_from :]
         fitted = self._insample
         window = self._nowcast_bins()
-        with np.errstate(invalid="ignore", divide="ignore"):
-            ratio = trailing_mean(y, window) / trailing_mean(fitted, window)
-        ratio = np.clip(np.where(np.isfinite(ratio), ratio, 1.0), 1 / 3, 3.0)
+        ratio = rolling_ratio(y, fitted, window)
         first = min(window, len(y) - 1)
         targets = np.arange(first, len(y))
         lo = np.ones(n_leads)
         hi = np.ones(n_leads)
         for k in range(1, n_leads + 1):
             t = targets[targets - k >= 0]
-            lo[k - 1], hi[k - 1] = log_ratio_band(y[t], fitted[t] * ratio[t - k], quantile)
+            fade = decay_ratio(
+                ratio[t - k], np.full(len(t), (k - 1) * self._step), self.nowcast_decay_seconds
+            )
+            lo[k - 1], hi[k - 1] = log_ratio_band(y[t], fitted[t] * fade, quantile)
         return Band.multiplicative(lo, hi)
 
 

@@ -156,3 +156,47 @@ def test_forecast_async_fits_off_the_loop(seasonal: Callable[..., pd.Series]) ->
 def test_unknown_model_is_a_value_error() -> None:
     with pytest.raises(ValueError, match="unknown model"):
         ForecastService(model="arima", horizon_seconds=600, step_seconds=60)
+
+
+@pytest.mark.parametrize("model", ["prophet", "seasonal_naive"])
+def test_a_burst_that_has_ended_does_not_hold_the_forecast_up(
+    model: str, seasonal: Callable[..., pd.Series], true_rate: Callable[..., np.ndarray]
+) -> None:
+    # A 10-minute burst at 4x the level that ended 3 minutes before the forecast's origin.
+    s = seasonal(days=3, noise="poisson")
+    s.iloc[-13:-3] *= 4.0
+    now = s.index[-1].timestamp() + 60
+    svc = ForecastService(model=model, horizon_seconds=1200, step_seconds=60)
+    f = svc.forecast(s, now)
+    means = np.array([p.mean for p in f.points])
+    truth = true_rate(np.array([p.t - 60 for p in f.points]))
+    # The level is back where the traffic is: within 15 %, not x2 as a mean nowcast gave.
+    assert np.all(np.abs(means / truth - 1) < 0.15), means / truth
+
+
+def test_the_nowcast_correction_fades_over_the_horizon(seasonal: Callable[..., pd.Series]) -> None:
+    # Traffic runs 50 % above the fitted curve over the last minutes: the next minutes
+    # follow that level, and the correction fades towards the model's curve further out.
+    from prescaler_forecast import series_to_grid
+    from prescaler_forecast._fitting import fit_grid_model, forecast_from_fit
+
+    s = seasonal(days=3, noise="none")
+    s.iloc[-5:] *= 1.5
+    start, grid = series_to_grid(s, 60.0)
+    now = start + len(grid) * 60.0
+    horizon = 4 * 3600.0
+
+    def forecast(decay: float) -> np.ndarray:
+        spec = ModelSpec("prophet", 60.0, horizon, nowcast_decay_seconds=decay)
+        fitted = fit_grid_model(spec, start, grid)
+        return np.array([p.mean for p in forecast_from_fit(fitted, start, grid, now, horizon).points])
+
+    whole, fading = forecast(0.0), forecast(3600.0)
+    ratio = fading / whole
+    assert ratio[0] == pytest.approx(1.0)
+    # In log space the correction at lead k is exp(-k / decay) of itself:
+    # log(fading / whole) = (exp(-k / decay) - 1) * log(r), whatever r is.
+    assert ratio[60] < 1.0
+    k1, k2 = 60, len(ratio) - 1
+    expected = (np.exp(-k1 / 60) - 1) / (np.exp(-k2 / 60) - 1)
+    assert np.log(ratio[k1]) / np.log(ratio[k2]) == pytest.approx(expected, rel=1e-3)
