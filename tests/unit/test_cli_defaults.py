@@ -77,6 +77,7 @@ def test_no_policy_flag_carries_a_default_of_its_own() -> None:
         "observed_headroom",
         "scale_down_stabilization_seconds",
         "scale_down_max_percent",
+        "scale_down_mode",
         "headroom",
     ):
         assert getattr(args, flag) is None, flag

@@ -144,6 +144,7 @@ def scaling_policy(spec: InferencePoolSpec) -> ScalingPolicy:
             observed_headroom=guard,
             # Missing or garbage metrics never cause a scale-down.
             scale_down_requires_observation=True,
+            scale_down_mode=spec.scale_down.mode,
             scale_down_stabilization_seconds=spec.scale_down.stabilization_seconds,
             scale_down_max_percent=spec.scale_down.max_percent,
             scale_up_max_step=spec.scale_up.max_step,

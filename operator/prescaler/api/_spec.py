@@ -311,12 +311,19 @@ class StandbySpec(WireModel):
 
 
 class ScaleDownSpec(WireModel):
-    """How slowly capacity is released."""
+    """How capacity is released. Never on missing or garbage metrics, whatever the mode."""
 
+    mode: Literal["forecast", "paced"] = "paced"
+    """``forecast`` releases at once what the forecast's upper band over the next cold
+    start plus margin does not need (a released replica can be back, Ready, before the
+    forecast needs it); ``paced`` removes at most ``maxPercent`` per
+    ``stabilizationSeconds``."""
     stabilization_seconds: int = Field(default=600, ge=0, le=DAY)
-    """At most one scale-down per period, and none this soon after a scale-up."""
+    """No scale-down this soon after a scale-up; in ``paced`` mode also at most one
+    scale-down per period."""
     max_percent: int = Field(default=50, ge=1, le=100)
-    """A scale-down step removes at most this share of replicas (at least one)."""
+    """``paced`` mode: a scale-down step removes at most this share of replicas (at least
+    one)."""
 
 
 class ScaleUpSpec(WireModel):

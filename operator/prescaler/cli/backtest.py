@@ -238,6 +238,11 @@ def register(subparsers: Any) -> None:
         f"(default {_default('stabilization_seconds', ScaleDownSpec)})",
     )
     pol.add_argument(
+        "--scale-down-mode",
+        choices=("forecast", "paced"),
+        help=f"spec.scaleDown.mode (default {_default('mode', ScaleDownSpec)})",
+    )
+    pol.add_argument(
         "--scale-down-max-percent",
         type=positive_int,
         help=f"spec.scaleDown.maxPercent (default {_default('max_percent', ScaleDownSpec)})",
@@ -672,6 +677,8 @@ def pool_spec(args: argparse.Namespace, config: Any) -> InferencePoolSpec:
         scale_down["stabilizationSeconds"] = args.scale_down_stabilization_seconds
     if args.scale_down_max_percent is not None:
         scale_down["maxPercent"] = args.scale_down_max_percent
+    if args.scale_down_mode is not None:
+        scale_down["mode"] = args.scale_down_mode
     if scale_down:
         raw["scaleDown"] = scale_down
     standby_max = getattr(args, "standby_max_replicas", None)

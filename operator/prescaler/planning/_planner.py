@@ -17,9 +17,11 @@ The rules, in order:
    plan may grow on observed demand and windows but never shrinks. With
    ``scale_down_requires_observation``, a missing observation (a metrics gap) holds too:
    a forecast that cannot be checked against the present does not release capacity.
-5. **Scale-down pacing.** Down moves happen at most once per stabilization period, only
-   after a quiet period since the last scale-up, by a bounded step, and never below the
-   windows' floor. Scale-up is immediate (optionally step-bounded).
+5. **Scale-down.** Never below the windows' floor, and not within the stabilization
+   period after a scale-up. ``forecast`` mode releases at once what the lookahead does
+   not need (the replica can be back one cold start before the forecast needs it);
+   ``paced`` mode removes a bounded step at most once per stabilization period. Scale-up
+   is immediate (optionally step-bounded).
 6. **Standby.** Warm standby covers the gap between the forecast's upper peak over the
    whole horizon and the plan, so a surprise beyond the lookahead starts from a warm node.
 
@@ -37,6 +39,7 @@ from prescaler.capacity import CapacityModel, Constraint
 from prescaler.planning._windows import Occurrence, ScheduledWindow
 
 Mode = Literal["replicas", "hpaFloor"]
+ScaleDownMode = Literal["forecast", "paced"]
 Action = Literal["scale_up", "scale_down", "hold", "steady"]
 
 
@@ -73,10 +76,19 @@ class ScalingPolicy:
     observed_headroom: float = 1.0
     """Nowcast guard: the latest observed demand times this is a floor under the plan
     (>= 1). It covers the next step's rise when the forecast lags a level shift."""
+    scale_down_mode: ScaleDownMode = "paced"
+    """``forecast`` releases at once what the lookahead (the upper band over the next cold
+    start plus margin, and the guard) does not need: a replica released now can be back,
+    ready, before the forecast says it is needed. ``paced`` releases at most
+    ``scale_down_max_percent`` per ``scale_down_stabilization_seconds``. Both wait
+    ``scale_down_stabilization_seconds`` after a scale-up, and neither shrinks on missing
+    data."""
     scale_down_stabilization_seconds: float = 600.0
-    """At most one scale-down per period, and none this soon after a scale-up."""
+    """No scale-down this soon after a scale-up; in ``paced`` mode also at most one
+    scale-down per period."""
     scale_down_max_percent: float = 50.0
-    """A scale-down step removes at most this share of current replicas (at least one)."""
+    """``paced`` mode: a scale-down step removes at most this share of current replicas
+    (at least one)."""
     scale_up_max_step: int | None = None
     """Replicas added per decision at most; ``None`` means unbounded."""
     scale_down_requires_observation: bool = False
@@ -282,7 +294,9 @@ def _pace(
     if not usable:
         return current, "hold", f"hold {current}: no usable forecast, so no scale-down"
     period = policy.scale_down_stabilization_seconds
-    recent = (("scale-up", fleet.last_scale_up_at), ("scale-down", fleet.last_scale_down_at))
+    recent = [("scale-up", fleet.last_scale_up_at)]
+    if policy.scale_down_mode == "paced":
+        recent.append(("scale-down", fleet.last_scale_down_at))
     for label, last in recent:
         if last is not None and now - last < period:
             wait = period - (now - last)
@@ -294,6 +308,9 @@ def _pace(
                     f"stabilizing {wait:.0f}s more"
                 ),
             )
+    if policy.scale_down_mode == "forecast":
+        desired = max(target, hard_floor)
+        return desired, "scale_down", f"scale down {current} -> {desired}: {why}"
     step = max(1, math.floor(current * policy.scale_down_max_percent / 100))
     desired = max(target, current - step, hard_floor)
     return desired, "scale_down", f"scale down {current} -> {desired}: {why}"

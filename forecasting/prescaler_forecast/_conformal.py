@@ -1,0 +1,125 @@
+"""Online calibration of the upper band on the pool's own forecast errors (conformal).
+
+A model's own band is calibrated when it is fitted, on that model's in-sample errors. What
+the planner plans on is something else: the forecast actually served, which auto-selection
+may have switched between models, which a nowcast corrected, and which is judged at the
+lead times the planner uses. :class:`OnlineCalibrator` scores exactly that. It remembers
+the mean of every forecast it served, per grid bin of origin and per lead; once the bins
+they describe are observed, each pair adds ``log(actual / mean)`` to that lead's recent
+errors (the last ``window_seconds``). The upper bound at lead ``k`` is then
+``mean × exp(the quantile q of lead k's errors)``: split-conformal with a sliding
+calibration set, so the band follows the pool's volatility as it changes (wider on bursty
+days, narrower on calm ones) instead of a fixed multiplier. Until a lead has
+``min_pairs`` errors, the model's own band stands.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from dataclasses import replace
+
+import numpy as np
+
+from prescaler_forecast._types import Forecast, ForecastPoint
+
+__all__ = ["OnlineCalibrator"]
+
+FloatArray = np.ndarray
+
+
+class OnlineCalibrator:
+    """Per-lead empirical quantiles of the served forecasts' log errors.
+
+    Args:
+        quantile: the upper quantile the band estimates.
+        window_seconds: how much recent error history one lead's quantile covers.
+        min_pairs: errors a lead needs before its calibrated bound replaces the model's.
+        max_leads: leads tracked (the planner's lookahead needs only the first few).
+    """
+
+    def __init__(
+        self,
+        quantile: float,
+        *,
+        window_seconds: float = 2 * 86_400.0,
+        min_pairs: int = 120,
+        max_leads: int = 180,
+    ) -> None:
+        if not 0.5 <= quantile < 1:
+            raise ValueError(f"quantile must be in [0.5, 1), got {quantile!r}")
+        self.quantile = quantile
+        self.window_seconds = window_seconds
+        self.min_pairs = min_pairs
+        self.max_leads = max_leads
+        self._step = 0.0
+        self._pending: dict[int, FloatArray] = {}
+        """Origin bin (absolute, unix seconds / step) -> served means per lead (1-based)."""
+        self._errors: list[deque[float]] = []
+        self._last_scored = -1
+        """The last absolute bin whose truth has been scored."""
+
+    def _reset(self, step: float) -> None:
+        self._step = step
+        self._pending.clear()
+        capacity = max(1, round(self.window_seconds / step))
+        self._errors = [deque(maxlen=capacity) for _ in range(self.max_leads)]
+        self._last_scored = -1
+
+    def pairs(self, lead: int) -> int:
+        """How many errors lead ``lead`` (1-based) has."""
+        return len(self._errors[lead - 1]) if 0 < lead <= len(self._errors) else 0
+
+    def observe(self, start: float, values: FloatArray, step: float) -> None:
+        """Score every remembered forecast whose bins are now in ``values``."""
+        if step != self._step:
+            self._reset(step)
+        n = len(values)
+        if n == 0:
+            return
+        first = round(start / step)
+        last = first + n - 1
+        if last <= self._last_scored:
+            return
+        y = np.asarray(values, dtype=float)
+        for origin in sorted(self._pending):
+            means = self._pending[origin]
+            for k in range(1, len(means) + 1):
+                b = origin + k - 1  # lead 1 is the bin that starts at the origin
+                if b <= self._last_scored or b < first:
+                    continue
+                if b > last:
+                    break
+                actual, mean = y[b - first], means[k - 1]
+                if math.isfinite(actual) and actual >= 0 and mean > 0:
+                    floor = 1e-3 * mean
+                    self._errors[k - 1].append(math.log((actual + floor) / (mean + floor)))
+            if origin + len(means) - 1 <= last:
+                del self._pending[origin]
+        self._last_scored = last
+
+    def calibrate(self, forecast: Forecast) -> Forecast:
+        """Remember ``forecast``'s means and return it with calibrated upper bounds."""
+        step = forecast.step_seconds
+        if step != self._step:
+            self._reset(step)
+        if not forecast.points:
+            return forecast
+        origin = round((forecast.points[0].t - step) / step)
+        means = np.array([p.mean for p in forecast.points[: self.max_leads]], dtype=float)
+        if origin not in self._pending:
+            self._pending[origin] = means
+        points = list(forecast.points)
+        changed = False
+        for k, point in enumerate(points[: self.max_leads], start=1):
+            errors = self._errors[k - 1]
+            if len(errors) < self.min_pairs:
+                continue
+            q = float(np.quantile(np.fromiter(errors, dtype=float), self.quantile))
+            upper = max(point.mean, point.mean * math.exp(q))
+            points[k - 1] = ForecastPoint(point.t, point.mean, point.lower, upper)
+            changed = True
+        if not changed:
+            return forecast
+        detail = "; ".join(x for x in (forecast.detail, "band calibrated on served errors") if x)
+        return replace(forecast, points=tuple(points), detail=detail)
