@@ -421,3 +421,34 @@ def test_event_windows_cover_past_and_future_occurrences_with_safe_names() -> No
     assert len(events) == 5  # 08:00 UTC on days -3 .. +1 (NOW is 08:00 UTC itself)
     assert {e.name for e in events} == {"black_friday"}
     assert all(e.end - e.start == 3600 for e in events)
+
+
+FORECAST_MODE = ScalingPolicy(
+    min_replicas=1,
+    max_replicas=20,
+    scale_down_mode="forecast",
+    scale_down_stabilization_seconds=120,
+    scale_down_requires_observation=True,
+)
+
+
+def test_forecast_mode_releases_at_once_what_the_lookahead_does_not_need() -> None:
+    fc = forecast([4.0] * 8)
+    # Paced: one step of at most 50 %; forecast mode: straight to what the lookahead needs.
+    assert run(fc, 12, observed=3.0) == 6
+    assert run(fc, 12, observed=3.0, policy=FORECAST_MODE) == 4
+    # A later scale-down does not wait for a period after the last one.
+    assert run(fc, 12, observed=3.0, policy=FORECAST_MODE, last_down=NOW - 30) == 4
+
+
+def test_forecast_mode_keeps_what_a_later_peak_inside_the_lookahead_needs() -> None:
+    fc = forecast([2.0, 2.0, 2.0, 9.0, 2.0, 2.0, 2.0, 2.0])
+    assert run(fc, 12, observed=2.0, policy=FORECAST_MODE) == 9
+
+
+def test_forecast_mode_still_waits_after_a_scale_up_and_never_shrinks_blind() -> None:
+    fc = forecast([4.0] * 8)
+    assert run(fc, 12, observed=3.0, policy=FORECAST_MODE, last_up=NOW - 60) == 12
+    assert run(fc, 12, observed=3.0, policy=FORECAST_MODE, last_up=NOW - 121) == 4
+    assert run(fc, 12, observed=None, policy=FORECAST_MODE) == 12
+    assert run(None, 12, observed=3.0, policy=FORECAST_MODE) == 12
