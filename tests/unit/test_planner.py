@@ -270,6 +270,23 @@ def test_standby_covers_the_gap_to_the_horizon_peak() -> None:
     assert result.standby_replicas == 5
 
 
+def test_a_window_within_the_horizon_sizes_standby_before_its_prewarm() -> None:
+    # A dated window 20 minutes ahead asks for 5 replicas; its pre-warm (lead 600 s) has
+    # not started, so the plan stays at 1, but the placeholders already hold 4 warm nodes.
+    start = datetime.fromtimestamp(NOW + 1200, UTC)
+    end = datetime.fromtimestamp(NOW + 4800, UTC)
+    window = ScheduledWindow("sale", lead_seconds=600, min_replicas=5, start=start, end=end)
+    policy = ScalingPolicy(max_replicas=20, standby_max_replicas=8)
+    result = plan(
+        PlanInputs(NOW, CAPACITY, FleetState(1, 1), policy, 240, forecast([1.0] * 30), (window,))
+    )
+    assert result.desired_replicas == 1
+    assert result.standby_replicas == 4
+    # Without a forecast the window still counts.
+    blind = plan(PlanInputs(NOW, CAPACITY, FleetState(1, 1), policy, 240, None, (window,)))
+    assert blind.standby_replicas == 4
+
+
 def test_next_fleet_state_records_scale_times() -> None:
     fleet = FleetState(2, 2)
     up = plan(PlanInputs(NOW, CAPACITY, fleet, ScalingPolicy(max_replicas=9), 240, forecast([5.0])))

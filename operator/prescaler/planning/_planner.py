@@ -22,8 +22,9 @@ The rules, in order:
    not need (the replica can be back one cold start before the forecast needs it);
    ``paced`` mode removes a bounded step at most once per stabilization period. Scale-up
    is immediate (optionally step-bounded).
-6. **Standby.** Warm standby covers the gap between the forecast's upper peak over the
-   whole horizon and the plan, so a surprise beyond the lookahead starts from a warm node.
+6. **Standby.** Warm standby covers the gap between the plan and the most the horizon may
+   ask for (the forecast's upper peak, and any window opening within it), so a surprise
+   beyond the lookahead, or a window's pre-warm, starts from a warm node.
 
 The planner never talks to a cluster: applying a plan is someone else's job.
 """
@@ -254,8 +255,14 @@ def plan(inputs: PlanInputs) -> ScalePlan:
         reason = f"hold {current}: no observed demand, so no scale-down"
 
     standby = 0
-    if policy.standby_max_replicas > 0 and points:
-        whole_peak = capacity.required(max(p.upper for p in points)).replicas
+    if policy.standby_max_replicas > 0:
+        # Everything the horizon may ask for: the forecast's whole upper peak, and every
+        # window that opens within it (or within the next two lookaheads), so that a
+        # window's pre-warm finds warm nodes instead of starting cold.
+        whole_peak = capacity.required(max(p.upper for p in points)).replicas if points else 0
+        until = max(points[-1].t if points else now, now + 2 * lookahead)
+        upcoming = [o for w in inputs.windows for o in w.occurrences(now, until)]
+        whole_peak = max(whole_peak, _window_requirement(upcoming, capacity)[0])
         room = max(0, policy.max_replicas - desired)
         standby = min(max(0, whole_peak - desired), policy.standby_max_replicas, room)
 
