@@ -189,7 +189,8 @@ def test_the_nowcast_correction_fades_over_the_horizon(seasonal: Callable[..., p
     def forecast(decay: float) -> np.ndarray:
         spec = ModelSpec("prophet", 60.0, horizon, nowcast_decay_seconds=decay)
         fitted = fit_grid_model(spec, start, grid)
-        return np.array([p.mean for p in forecast_from_fit(fitted, start, grid, now, horizon).points])
+        points = forecast_from_fit(fitted, start, grid, now, horizon).points
+        return np.array([p.mean for p in points])
 
     whole, fading = forecast(0.0), forecast(3600.0)
     ratio = fading / whole
