@@ -43,6 +43,7 @@ import json
 import math
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -410,27 +411,27 @@ class _Progress:
         sys.stderr.flush()
 
 
-def run(args: argparse.Namespace) -> int:
+@dataclass(frozen=True)
+class Prepared:
+    """A trace turned into the simulation's inputs, as ``run`` uses them (and benchmarks
+    that replay one trace under many policies)."""
+
+    trace: Any
+    demand: Any
+    capacity: Any
+    config: Any
+    windows: list[Any]
+    spans: list[Any]
+    standby_max: int
+
+
+def prepare(args: argparse.Namespace) -> Prepared:
+    """Load the trace and build the demand, capacity model and simulated fleet."""
     import numpy as np
 
-    from prescaler.backtest import (
-        FleetConfig,
-        OraclePolicy,
-        PersistencePolicy,
-        Policy,
-        PredictivePolicy,
-        ReactivePolicy,
-        ScheduleOnlyPolicy,
-        demand_from_trace,
-        oracle_replicas,
-        replicas_needed,
-        run_backtest,
-        write_plots,
-        write_timeline,
-    )
+    from prescaler.backtest import FleetConfig, demand_from_trace, replicas_needed
     from prescaler.traces import TraceError, load_token_mix, load_trace, with_token_mix
 
-    started = time.perf_counter()
     try:
         step = args.trace_step_seconds if args.trace_format in ("azure", "requests") else None
         trace = load_trace(
@@ -492,6 +493,25 @@ def run(args: argparse.Namespace) -> int:
     if "schedule-only" in args.policies and not windows:
         raise CliError("--policies: schedule-only needs at least one --window")
 
+    return Prepared(trace, demand, capacity, config, windows, spans, standby_max)
+
+
+def build_policies(args: argparse.Namespace, prep: Prepared) -> list[Any]:
+    """The policies ``--policies`` names, in order, for this prepared trace."""
+    import numpy as np
+
+    from prescaler.backtest import (
+        OraclePolicy,
+        PersistencePolicy,
+        Policy,
+        PredictivePolicy,
+        ReactivePolicy,
+        ScheduleOnlyPolicy,
+        oracle_replicas,
+    )
+
+    demand, capacity, config, windows = prep.demand, prep.capacity, prep.config, prep.windows
+    replica_tps = config.replica_tokens_per_second
     policies: list[Policy] = []
     for name in args.policies:
         if name == "reactive":
@@ -529,6 +549,17 @@ def run(args: argparse.Namespace) -> int:
                 )
             )
 
+    return policies
+
+
+def run(args: argparse.Namespace) -> int:
+    from prescaler.backtest import run_backtest, write_plots, write_timeline
+
+    started = time.perf_counter()
+    prep = prepare(args)
+    demand, capacity, config = prep.demand, prep.capacity, prep.config
+    spans, standby_max = prep.spans, prep.standby_max
+    policies = build_policies(args, prep)
     progress = _Progress(not args.quiet)
     result = run_backtest(demand, policies, config, progress=progress)
     elapsed = time.perf_counter() - started
