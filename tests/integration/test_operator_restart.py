@@ -1,0 +1,105 @@
+"""The auto-selection survives an operator restart through the pool's status.
+
+The first operator selects a model over a backfilled history and writes the selection to
+``status.forecast.selection`` (through the real API server and the CRD's schema). A second
+operator process (a restart, or a takeover after failover) reads it back and forecasts
+with it without backtesting again.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import Any
+
+import pytest
+
+from cluster.launcher import LocalCluster
+from cluster.objects import gpu_deployment
+from cluster.prometheus import Prometheus, vllm_samples
+from integration.operator_fixtures import (  # noqa: F401 (fixtures)
+    Kube,
+    crd_fixture,
+    running_operator,
+    wait_for,
+)
+from prescaler.metrics import Metrics
+
+pytestmark = [pytest.mark.cluster, pytest.mark.prometheus]
+
+DAY = 86_400
+STEP = 60
+
+
+def _counter(metrics: Metrics, name: str, **labels: str) -> float:
+    return sum(
+        s.value
+        for family in metrics.registry.collect()
+        for s in family.samples
+        if s.name == name and all(s.labels.get(k) == v for k, v in labels.items())
+    )
+
+
+def test_a_restarted_operator_resumes_the_selection_from_status(
+    cluster: LocalCluster,
+    crd: None,
+    kube: Any,
+    namespace: str,
+    prometheus: Prometheus,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("KUBECONFIG", str(cluster.kubeconfig))
+    k = Kube(kube, namespace)
+    now = time.time()
+    start = now - 2 * DAY
+    times = [start + 15 * i for i in range(int((now + 600 - start) // 15))]
+    rates = [6 + 4 * math.sin(2 * math.pi * (t % DAY) / DAY) for t in times]
+    prometheus.backfill(vllm_samples(times, rates, namespace=namespace, model_name="llm"))
+    k.create_deployment(gpu_deployment("llm", 1))
+    k.create_pool(
+        "chat",
+        {
+            "target": {"name": "llm"},
+            "minReplicas": 1,
+            "maxReplicas": 4,
+            "model": {"tokensPerSecond": 3750},
+            "coldStart": {"mode": "fixed", "seconds": 60},
+            "forecast": {
+                "prometheus": {"url": prometheus.url},
+                "selector": f'namespace="{namespace}"',
+                "model": "auto",
+                "lookbackSeconds": 2 * DAY,
+                "stepSeconds": STEP,
+                "horizonSeconds": 900,
+                "refitSeconds": 3600,
+            },
+        },
+    )
+    fast = {"first_fit_spread_seconds": 0.0, "interval_seconds": 2.0}
+
+    def selection() -> dict[str, Any] | None:
+        return (k.status("chat").get("forecast") or {}).get("selection")
+
+    with running_operator(cluster, namespace, **fast) as first:
+        kept = wait_for(selection, 300, "an auto-selection in status", interval=1.0)
+        assert _counter(first, "prescaler_forecast_fits_total", model="selection") >= 1
+    assert kept["model"] in kept["scores"]
+    assert kept["score"] == kept["scores"][kept["model"]]
+    assert len(kept["fingerprint"]) == 16
+    restarted_at = time.time()
+
+    def forecast_after_restart() -> dict[str, Any] | None:
+        status = k.status("chat")
+        forecast = status.get("forecast") or {}
+        generated = forecast.get("generatedAt", "")
+        healthy: dict[str, Any] = next(
+            (c for c in status.get("conditions", []) if c["type"] == "ForecastHealthy"), {}
+        )
+        fresh = generated >= time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(restarted_at))
+        return status if fresh and healthy.get("status") == "True" else None
+
+    with running_operator(cluster, namespace, **fast) as second:
+        status = wait_for(forecast_after_restart, 300, "a forecast from the new operator")
+        assert _counter(second, "prescaler_forecast_selections_resumed_total") >= 1
+        assert _counter(second, "prescaler_forecast_fits_total", model="selection") == 0
+    assert status["forecast"]["selection"] == kept
