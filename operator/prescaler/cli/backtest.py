@@ -26,7 +26,10 @@ A replica started on a warm standby slot is ready after ``--warm-start-seconds S
 (default 60, at most the cold start) instead of the cold start; a slot consumed is replaced
 one cold start later. Slots held cost ``--standby-cost-fraction F`` (default 1.0) of a
 replica's GPU-hours, included in ``gpu_hours`` and reported alone as ``standby_gpu_hours``;
-the timeline gains ``predictive_standby``. Only the predictive policy has standby.
+the timeline gains ``predictive_standby``. Only the predictive policy has standby. With
+standby on, the forecaster looks as far ahead as the spec's ``forecast.horizonSeconds`` (as
+the operator does: the standby covers the forecast's peak over that whole horizon), not
+only over the cold start plus margin.
 
 ``--score-span name=N,start=ISO,end=ISO`` (repeatable) also scores a span of the replay on
 its own, e.g. a known event's window and its pre-warm lead: the JSON's ``spans.N.policies``
