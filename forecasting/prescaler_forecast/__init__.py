@@ -14,7 +14,9 @@ Public surface::
     ├── SeasonalNaiveWeekly     same time last week, scaled by the recent level
     └── RecentTrend             robust (Theil–Sen) recent trend, for short histories
     ForecastService         what the operator and the backtest use: auto-selection,
-                            refit cadence, nowcast correction, insufficient-history fallback
+                            refit cadence, nowcast correction, insufficient-history fallback,
+                            and the upper band calibrated on its own served errors
+    OnlineCalibrator        that calibration (per-lead quantiles of recent errors)
     fit_model(spec, series) picklable fit for a ProcessPoolExecutor -> FittedModel
     select_model(...)       rolling-origin auto-selection -> Selection (model, score)
     rolling_origin, accuracy  evaluation (apart from the models)
@@ -38,6 +40,7 @@ from prescaler_forecast._baselines import (
     SeasonalNaive,
     SeasonalNaiveWeekly,
 )
+from prescaler_forecast._conformal import OnlineCalibrator
 from prescaler_forecast._evaluation import (
     EvaluationResult,
     accuracy,
@@ -91,6 +94,7 @@ __all__ = [
     "InsufficientHistoryError",
     "ModelRunner",
     "ModelSpec",
+    "OnlineCalibrator",
     "Persistence",
     "ProphetForecaster",
     "RecentMean",

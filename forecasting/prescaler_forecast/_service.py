@@ -30,6 +30,7 @@ import numpy as np
 import pandas as pd
 
 from prescaler_forecast._base import check_quantile
+from prescaler_forecast._conformal import OnlineCalibrator
 from prescaler_forecast._fitting import (
     MODEL_NAMES,
     FittedModel,
@@ -67,6 +68,8 @@ class ForecastService:
         events: scheduled windows (past and future occurrences) for Prophet's regressors.
         candidates: models auto-selection considers (default all).
         selection: how auto-selection backtests.
+        calibrate: replace the models' own upper band, once enough errors are in, by the
+            per-lead quantile of the served forecasts' errors (:class:`OnlineCalibrator`).
     """
 
     def __init__(
@@ -81,6 +84,7 @@ class ForecastService:
         events: Sequence[EventWindow] = (),
         candidates: Sequence[str] = MODEL_NAMES,
         selection: SelectionConfig | None = None,
+        calibrate: bool = True,
     ) -> None:
         if model != AUTO and model not in MODEL_NAMES:
             raise ValueError(f"unknown model {model!r}; choose from auto, {', '.join(MODEL_NAMES)}")
@@ -105,6 +109,8 @@ class ForecastService:
         self.selection: Selection | None = None
         """The latest auto-selection (``None`` before the first, or for a fixed model)."""
         self._runners: dict[str, ModelRunner] = {}
+        self.calibrator = OnlineCalibrator(self.spec.quantile) if calibrate else None
+        """Sets the upper band from the served forecasts' own errors (``None``: off)."""
 
     # ------------------------------------------------------------------ state
     @property
@@ -139,7 +145,9 @@ class ForecastService:
         start, values = self.grid(history, now)
         eligible = self._eligible(start, values)
         if not eligible:
-            return self._fallback(values, now, "no model has enough history yet")
+            return self._served(
+                self._fallback(values, now, "no model has enough history yet"), start, values
+            )
         if self._selection_due(eligible, now):
             self.selection = select_model(
                 start,
@@ -151,7 +159,7 @@ class ForecastService:
                 config=self.selection_config,
                 previous=self.selection,
             )
-        return self._forecast(start, values, now, eligible)
+        return self._served(self._forecast(start, values, now, eligible), start, values)
 
     async def forecast_async(
         self, history: pd.Series, now: float, executor: Executor | None = None
@@ -161,7 +169,9 @@ class ForecastService:
         start, values = self.grid(history, now)
         eligible = self._eligible(start, values)
         if not eligible:
-            return self._fallback(values, now, "no model has enough history yet")
+            return self._served(
+                self._fallback(values, now, "no model has enough history yet"), start, values
+            )
         if self._selection_due(eligible, now):
             self.selection = await loop.run_in_executor(
                 executor,
@@ -178,15 +188,19 @@ class ForecastService:
         name = self._chosen(eligible)
         runner = self.runner(name)
         if runner.cheap or not runner.refit_due(now):
-            return self._forecast(start, values, now, eligible)
+            return self._served(self._forecast(start, values, now, eligible), start, values)
         try:
             fitted = await loop.run_in_executor(
                 executor, fit_grid_model, runner.spec, start, values
             )
         except InsufficientHistoryError:
-            return self._forecast(start, values, now, tuple(e for e in eligible if e != name))
+            return self._served(
+                self._forecast(start, values, now, tuple(e for e in eligible if e != name)),
+                start,
+                values,
+            )
         runner.install(fitted)
-        return self._forecast(start, values, now, eligible)
+        return self._served(self._forecast(start, values, now, eligible), start, values)
 
     # ------------------------------------------------------------------ scheduling
     # For callers that schedule the expensive steps themselves (the operator's fit queue):
@@ -232,15 +246,17 @@ class ForecastService:
         start, values = self.grid(history, now)
         eligible = self._eligible(start, values)
         if not eligible:
-            return self._fallback(values, now, "no model has enough history yet")
+            return self._served(
+                self._fallback(values, now, "no model has enough history yet"), start, values
+            )
         name = self._chosen(eligible)
         runner = self.runner(name)
         fitted = runner.fitted
         if runner.cheap:
-            return self._forecast(start, values, now, eligible)
+            return self._served(self._forecast(start, values, now, eligible), start, values)
         if fitted is not None and fitted.usable_at(now, self.horizon_seconds):
             result = forecast_from_fit(fitted, start, values, now, self.horizon_seconds)
-            return self._decorate(result, name)
+            return self._served(self._decorate(result, name), start, values)
         scores = self.selection.scores if self.selection is not None else {}
         cheap = sorted(
             (c for c in eligible if self.runner(c).cheap),
@@ -254,8 +270,21 @@ class ForecastService:
             note = f"interim: {candidate} until {name} is fitted"
             score = scores.get(candidate)
             detail = "; ".join(x for x in (note, result.detail) if x)
-            return replace(result, score=score, detail=detail)
-        return self._fallback(values, now, f"{name} is not fitted yet; no cheap model can stand in")
+            return self._served(replace(result, score=score, detail=detail), start, values)
+        return self._served(
+            self._fallback(values, now, f"{name} is not fitted yet; no cheap model can stand in"),
+            start,
+            values,
+        )
+
+    def _served(self, forecast: Forecast, start: float, values: FloatArray) -> Forecast:
+        """Every forecast this service answers passes here: the calibrator scores the
+        forecasts it served before on the bins observed since, and widens or narrows this
+        one's upper band to the quantile of those errors (see :class:`OnlineCalibrator`)."""
+        if self.calibrator is None:
+            return forecast
+        self.calibrator.observe(start, values, self.step_seconds)
+        return self.calibrator.calibrate(forecast)
 
     def _decorate(self, result: Forecast, name: str) -> Forecast:
         if self.selection is None or self.selection.model != name:
