@@ -33,12 +33,11 @@ $BIN/prescaler plan --model llama-3.1-70b --gpu-memory-gib 80 --gpus-per-replica
 trace="$TRACES/azure_llm_2023/AzureLLMInferenceTrace_code.csv"
 say "4. Backtest: one hour of Azure code-completion traffic played at 10x, 240 s cold start"
 echo "   reactive = Kubernetes HPA v2 at 70 % utilization; oracle = perfect foresight."
-echo "   predictive = the operator's forecaster and planner, at the benchmark's operating point."
+echo "   predictive = the operator's forecaster and planner, at an InferencePool's defaults."
 $BIN/prescaler backtest --trace "$trace" --format azure --time-scale 10 \
     --trace-step-seconds 600 --cold-start-seconds 240 \
     --policies reactive,predictive,oracle --scale-to-peak-replicas 40 \
     --replica-tokens-per-second 20000 \
-    --quantile 0.9 --observed-headroom 1.4 --scale-down-requires-observation \
     --json "$OUT/backtest.json" --timeline "$OUT/timeline.csv" --plot "$OUT/backtest.png" --quiet
 $BIN/python - "$OUT/backtest.json" <<'PY'
 import json, sys
