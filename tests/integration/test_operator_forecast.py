@@ -126,6 +126,72 @@ def test_scales_up_ahead_of_the_forecast_ramp(
     assert status["lastScaleUpTime"]
 
 
+def pod_times(k: Kube, app: str) -> tuple[list[float], list[float]]:
+    """Server-side times of the target's pods: creations and Ready transitions, sorted."""
+    pods = k.core.list_namespaced_pod(k.ns, label_selector=f"app={app}").items
+    created = sorted(p.metadata.creation_timestamp.timestamp() for p in pods)
+    ready = sorted(
+        c.last_transition_time.timestamp()
+        for p in pods
+        for c in (p.status.conditions or [])
+        if c.type == "Ready" and c.status == "True"
+    )
+    return created, ready
+
+
+def test_the_full_fleet_is_ready_when_yesterdays_step_comes_back(
+    kube: Any, namespace: str, prometheus: Prometheus, operator: Metrics
+) -> None:
+    """History is a daily step from 2 to 20 req/s at ``step_at``'s time of day, read back
+    through the operator's own Prometheus source. The full fleet is asked for at least one
+    cold start before the true step time and is Ready when the step arrives.
+
+    seasonal_naive smooths yesterday over 3 minutes (centred), so its forecast reaches the
+    full level one step after the step: the margin pays for that step. Read late (a rate
+    window taken as the interval that starts at its stamp, up to 90 s late), the full fleet
+    was asked for a minute later, and was not Ready when the step came.
+    """
+    k = Kube(kube, namespace)
+    low, high = 2.0, 20.0
+    cold_start, margin = 60, 90
+    need = math.ceil(high / REPLICA_RPS)
+    # Time for the operator's first forecast before the lookahead reaches the rise.
+    step_at = math.ceil((time.time() + 300) / STEP) * STEP
+    start, end = step_at - 3 * DAY - 600, time.time() + 900
+    times = [start + 7 + 15 * i for i in range(int((end - start) // 15))]  # off the minute
+    rates = [high if (t - step_at) % DAY < 3600 else low for t in times]
+    prometheus.backfill(vllm_samples(times, rates, namespace=namespace, model_name="llm"))
+    k.create_deployment(gpu_deployment("llm", 1, ready_delay=f"{cold_start}s"))
+    # The pool's first history read falls just after a minute boundary, the phase at which
+    # the late reading was measured (90 s late); the aligned reading does not depend on it.
+    time.sleep((-time.time()) % STEP + 1)
+    k.create_pool(
+        "daily",
+        {
+            "target": {"name": "llm"},
+            "minReplicas": 1,
+            "maxReplicas": 8,
+            "model": MODEL,
+            "coldStart": {"mode": "fixed", "seconds": cold_start, "marginSeconds": margin},
+            "forecast": forecast_spec(prometheus, namespace, horizon=900),
+        },
+    )
+    wait_for(lambda: k.status("daily").get("forecast"), 120, "a forecast in status")
+    assert time.time() < step_at - cold_start - margin, "the test started too late to judge"
+    # A generous deadline (a busy machine): wait for the outcome, then judge it by the API
+    # server's own timestamps, not by when this thread happened to look.
+    wait_for(
+        lambda: (k.deployment("llm").status.ready_replicas or 0) >= need,
+        max(1.0, step_at - time.time()) + 300,
+        f"{need} ready replicas",
+        interval=1.0,
+    )
+    created, ready = pod_times(k, "llm")
+    asked = created[need - 1]  # the pod that completed the full fleet
+    assert asked <= step_at - cold_start, ("full fleet asked for late", asked - step_at, created)
+    assert ready[need - 1] <= step_at, ("full fleet Ready late", ready[need - 1] - step_at, ready)
+
+
 def test_standby_objects_are_created_sized_and_collected(
     kube: Any, namespace: str, prometheus: Prometheus, operator: Metrics
 ) -> None:
