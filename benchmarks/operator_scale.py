@@ -1,14 +1,21 @@
 """Operator at scale: N InferencePools against the local cluster and a real Prometheus.
 
-    .venv/bin/python benchmarks/operator_scale.py --pools 50 200 500 [--cycles 3]
+    .venv/bin/python benchmarks/operator_scale.py --pools 500 2000 [--cycles 2] [--restart]
 
 For each N: a fresh namespace with N CPU Deployments (kwok pods) and N pools, each with a
-forecast over backfilled history (a daily cycle from the ServeGen-like shape, a distinct
-``model_name`` per history group). The operator runs in-process with a 60 s timer and the
-default worker counts. After a warm-up cycle it measures ``--cycles`` full cycles and
-prints one JSON line per N: reconcile p50/p99 (from the operator's own histogram, exact
-per-call times), reconciles/min, forecast fits/min, operator CPU seconds per cycle (this
-process, plus fit workers) and RSS (this process, plus fit workers).
+forecast over backfilled history (a daily cycle, phase-shifted per history group; pool
+``i`` reads group ``i % --series``, so pools of one group read the same series). The
+forecast model is the InferencePool spec's default (``auto``) unless ``--model`` says
+otherwise. The operator runs in-process with a 60 s timer and the default worker counts.
+After a warm-up cycle it measures ``--cycles`` full cycles and prints one JSON line per N:
+reconcile p50/p99 (bucket bounds of the operator's own histogram), reconciles/min, the
+share of pools reconciled in every cycle, forecast fits/min, operator CPU seconds per
+cycle (this process, plus fit workers), RSS, and the pools' ForecastHealthy reasons.
+
+``--restart`` then stops the operator and starts a fresh one on the same pools (as after
+a crash or a failover) and reports each of its first ``--cycles`` cycles on its own:
+whether every pool was reconciled, p99, selections redone versus resumed from status, and
+the ForecastHealthy reasons at the cycle's end.
 
 Needs the cluster binaries (``make cluster-bin``) and Debian's prometheus/promtool.
 """
@@ -35,6 +42,7 @@ from kubernetes import client  # noqa: E402
 
 from cluster.launcher import ClusterConfig, LocalCluster  # noqa: E402
 from cluster.prometheus import Prometheus, vllm_samples  # noqa: E402
+from prescaler.api import ForecastSpec  # noqa: E402
 from prescaler.metrics import Metrics  # noqa: E402
 from prescaler.settings import (  # noqa: E402
     MetricsSettings,
@@ -44,7 +52,8 @@ from prescaler.settings import (  # noqa: E402
 )
 
 DAY = 86_400
-GROUPS = 10
+DEFAULT_MODEL = str(ForecastSpec.model_fields["model"].default)
+INTERVAL = 60.0
 
 
 def _children_rss_and_cpu() -> tuple[int, float]:
@@ -118,33 +127,40 @@ def _counter(metrics: Metrics, name: str) -> float:
     )
 
 
-def backfill(prometheus: Prometheus, namespace: str) -> None:
-    """Two days at 60 s of a daily cycle per history group (pools share groups)."""
+def _gauges(metrics: Metrics, name: str) -> dict[str, float]:
+    """A per-pool gauge's values, by pool name."""
+    return {
+        s.labels["pool"]: s.value
+        for family in metrics.registry.collect()
+        if family.name == name
+        for s in family.samples
+        if "pool" in s.labels
+    }
+
+
+def backfill(prometheus: Prometheus, namespace: str, groups: int, days: float) -> None:
+    """``days`` at 60 s of a daily cycle per history group (pools share groups), reaching
+    an hour ahead so that creating thousands of pools does not outlast the data."""
     now = time.time()
-    start = now - 2 * DAY
-    times = [start + 60 * i for i in range(int((now + 600 - start) // 60))]
-    samples = []
-    for g in range(GROUPS):
-        phase = g * 3600
-        rates = [5 + 4 * math.sin(2 * math.pi * ((t + phase) % DAY) / DAY) for t in times]
-        samples += vllm_samples(
-            times, rates, namespace=namespace, model_name=f"group-{g}", step_s=60
-        )
-    prometheus.backfill(samples)
+    start = now - days * DAY
+    times = [start + 60 * i for i in range(int((now + 3600 - start) // 60))]
+    batch = max(1, round(50 * 2 / days))  # about a million samples per promtool run
+    for first in range(0, groups, batch):
+        samples = []
+        for g in range(first, min(groups, first + batch)):
+            phase = g * DAY / groups
+            rates = [5 + 4 * math.sin(2 * math.pi * ((t + phase) % DAY) / DAY) for t in times]
+            samples += vllm_samples(
+                times, rates, namespace=namespace, model_name=f"group-{g}", step_s=60
+            )
+        prometheus.backfill(samples)
 
 
-def run_one(
-    cluster: LocalCluster, prometheus: Prometheus, pools: int, cycles: int, model: str
-) -> dict[str, Any]:
-    from prescaler.reconcile_runtime import run_operator
-
-    api = cluster.api_client()
-    core: Any = client.CoreV1Api(api)
+def create_pools(
+    api: Any, prometheus: Prometheus, ns: str, pools: int, groups: int, model: str, days: float
+) -> None:
     apps: Any = client.AppsV1Api(api)
     custom: Any = client.CustomObjectsApi(api)
-    ns = f"bench-{pools}-{int(time.time())}"
-    core.create_namespace({"metadata": {"name": ns}})
-    backfill(prometheus, ns)
     for i in range(pools):
         name = f"llm-{i}"
         apps.create_namespaced_deployment(
@@ -177,67 +193,188 @@ def run_one(
                     "coldStart": {"mode": "auto", "seconds": 60},
                     "forecast": {
                         "prometheus": {"url": prometheus.url},
-                        "selector": f'namespace="{ns}",model_name="group-{i % GROUPS}"',
+                        "selector": f'namespace="{ns}",model_name="group-{i % groups}"',
                         "model": model,
-                        "lookbackSeconds": 2 * DAY,
+                        "lookbackSeconds": round(days * DAY),
                         "refitSeconds": 3600,
                         "horizonSeconds": 1800,
                     },
                 },
             },
         )
-    interval = 60.0
+
+
+class Operator:
+    """The operator in a thread of this process, with its own metrics."""
+
+    def __init__(self, settings: OperatorSettings) -> None:
+        from prescaler.reconcile_runtime import run_operator
+
+        self.metrics = Metrics()
+        self.stop = threading.Event()
+        ready = threading.Event()
+        self.started = time.monotonic()
+        self.thread = threading.Thread(
+            target=run_operator,
+            args=(settings,),
+            kwargs={"stop_flag": self.stop, "ready_flag": ready, "metrics": self.metrics},
+        )
+        self.thread.start()
+        ready.wait(300)
+
+    def close(self) -> None:
+        self.stop.set()
+        self.thread.join(300)
+
+
+def forecast_reasons(api: Any, ns: str) -> dict[str, int]:
+    """How many pools have each ForecastHealthy reason (``-``: none yet); the first message
+    of each reason other than Fresh goes to stderr."""
+    custom: Any = client.CustomObjectsApi(api)
+    listing = custom.list_namespaced_custom_object("prescaler.io", "v1alpha1", ns, "inferencepools")
+    reasons: dict[str, int] = {}
+    for pool in listing["items"]:
+        conditions = (pool.get("status") or {}).get("conditions") or []
+        healthy = next((c for c in conditions if c["type"] == "ForecastHealthy"), {})
+        reason = healthy.get("reason", "-")
+        if reason not in reasons and reason != "Fresh":
+            print(f"{reason}: {healthy.get('message', '')[:300]}", file=sys.stderr)
+        reasons[reason] = reasons.get(reason, 0) + 1
+    return dict(sorted(reasons.items()))
+
+
+def cycle_report(
+    api: Any, ns: str, op: Operator, pools: int, started_wall: float, before: dict[str, Any]
+) -> dict[str, Any]:
+    """One cycle: reconciles, the pools reconciled since ``started_wall``, p99, fits."""
+    m = op.metrics
+    bounds, after, _, count = _histogram(m, "prescaler_reconcile_duration_seconds")
+    seen = _gauges(m, "prescaler_last_reconcile_timestamp_seconds")
+    selections = _counter_labeled(m, "prescaler_forecast_fits", "selection")
+    return {
+        "pools_reconciled": sum(1 for t in seen.values() if t >= started_wall),
+        "pools": pools,
+        "reconciles": int(count - before["count"]),
+        "reconcile_p99_s_le": _quantile(bounds, before["buckets"], after, 0.99),
+        "selections_run": int(selections - before["selections"]),
+        "selections_resumed": int(_counter(m, "prescaler_forecast_selections_resumed")),
+        "stale_pools": int(sum(_gauges(m, "prescaler_forecast_stale").values())),
+        "forecast_reasons": forecast_reasons(api, ns),
+    }
+
+
+def _snapshot(m: Metrics) -> dict[str, Any]:
+    _, buckets, _, count = _histogram(m, "prescaler_reconcile_duration_seconds")
+    return {
+        "buckets": buckets,
+        "count": count,
+        "selections": _counter_labeled(m, "prescaler_forecast_fits", "selection"),
+    }
+
+
+def _counter_labeled(metrics: Metrics, name: str, model: str) -> float:
+    return sum(
+        s.value
+        for family in metrics.registry.collect()
+        if family.name == name
+        for s in family.samples
+        if s.name.endswith("_total") and s.labels.get("model") == model
+    )
+
+
+def run_one(
+    cluster: LocalCluster,
+    prometheus: Prometheus,
+    pools: int,
+    cycles: int,
+    model: str,
+    groups: int,
+    restart: bool,
+    days: float,
+) -> dict[str, Any]:
+    api = cluster.api_client()
+    core: Any = client.CoreV1Api(api)
+    ns = f"bench-{pools}-{int(time.time())}"
+    core.create_namespace({"metadata": {"name": ns}})
+    backfill(prometheus, ns, groups, days)
+    create_pools(api, prometheus, ns, pools, groups, model, days)
     settings = OperatorSettings(
         watch=WatchSettings(namespaces=(ns,)),
         metrics=MetricsSettings(port=0),
-        reconcile=ReconcileSettings(interval_seconds=interval, kubeconfig=str(cluster.kubeconfig)),
-    )
-    metrics = Metrics()
-    stop, ready = threading.Event(), threading.Event()
-    thread = threading.Thread(
-        target=run_operator,
-        args=(settings,),
-        kwargs={"stop_flag": stop, "ready_flag": ready, "metrics": metrics},
+        reconcile=ReconcileSettings(interval_seconds=INTERVAL, kubeconfig=str(cluster.kubeconfig)),
     )
     cpu0 = time.process_time()
-    thread.start()
-    ready.wait(120)
-    time.sleep(interval + 10)  # warm-up: first history fetches, selections and fits
+    op = Operator(settings)
+    time.sleep(INTERVAL + 10)  # warm-up: first history fetches, selections and fits
+    metrics = op.metrics
     bounds, before, _, count0 = _histogram(metrics, "prescaler_reconcile_duration_seconds")
     fits0 = _counter(metrics, "prescaler_forecast_fits")
     cpu1, (_, child_cpu1) = time.process_time(), _children_rss_and_cpu()
     t1 = time.monotonic()
     peak_rss = 0
     peak_children = 0
-    while time.monotonic() - t1 < cycles * interval:
-        time.sleep(5)
-        child_rss, _ = _children_rss_and_cpu()
-        peak_rss = max(peak_rss, _self_rss())
-        peak_children = max(peak_children, child_rss)
+    covered: list[float] = []
+    for _ in range(cycles):
+        wall = time.time()
+        cycle_end = time.monotonic() + INTERVAL
+        while time.monotonic() < cycle_end:
+            time.sleep(min(5.0, max(0.0, cycle_end - time.monotonic())))
+            child_rss, _ = _children_rss_and_cpu()
+            peak_rss = max(peak_rss, _self_rss())
+            peak_children = max(peak_children, child_rss)
+        seen = _gauges(metrics, "prescaler_last_reconcile_timestamp_seconds")
+        covered.append(sum(1 for t in seen.values() if t >= wall) / pools)
     elapsed = time.monotonic() - t1
     _, after, _, count1 = _histogram(metrics, "prescaler_reconcile_duration_seconds")
     fits1 = _counter(metrics, "prescaler_forecast_fits")
     cpu2, (_, child_cpu2) = time.process_time(), _children_rss_and_cpu()
-    stop.set()
-    thread.join(120)
-    core.delete_namespace(ns)
-    api.close()
+    reasons = forecast_reasons(api, ns)
+    stale = int(sum(_gauges(metrics, "prescaler_forecast_stale").values()))
+    series = next(
+        (
+            s.value
+            for f in metrics.registry.collect()
+            if f.name == "prescaler_forecast_series"
+            for s in f.samples
+        ),
+        math.nan,
+    )
+    op.close()
     minutes = elapsed / 60
-    return {
+    result: dict[str, Any] = {
         "pools": pools,
+        "series": groups,
+        "history_days": days,
         "model": model,
-        "cycle_seconds": interval,
+        "cycle_seconds": INTERVAL,
         "reconciles_per_min": round((count1 - count0) / minutes, 1),
+        "min_share_of_pools_reconciled_per_cycle": round(min(covered), 4),
         "reconcile_p50_s_le": _quantile(bounds, before, after, 0.5),
         "reconcile_p99_s_le": _quantile(bounds, before, after, 0.99),
         "forecast_fits_per_min": round((fits1 - fits0) / minutes, 1),
-        "operator_cpu_s_per_cycle": round((cpu2 - cpu1) / (elapsed / interval), 2),
-        "fit_workers_cpu_s_per_cycle": round((child_cpu2 - child_cpu1) / (elapsed / interval), 2),
+        "forecast_series": series,
+        "stale_pools": stale,
+        "forecast_reasons": reasons,
+        "operator_cpu_s_per_cycle": round((cpu2 - cpu1) / (elapsed / INTERVAL), 2),
+        "fit_workers_cpu_s_per_cycle": round((child_cpu2 - child_cpu1) / (elapsed / INTERVAL), 2),
         "warmup_cpu_s": round(cpu1 - cpu0, 1),
         "operator_rss_mib": round(peak_rss / 2**20),
         "fit_workers_rss_mib": round(peak_children / 2**20),
         "max_rss_mib_getrusage": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
     }
+    if restart:
+        op = Operator(settings)
+        result["restart_ready_s"] = round(time.monotonic() - op.started, 1)
+        reports = []
+        for _ in range(cycles):
+            wall, before_cycle = time.time(), _snapshot(op.metrics)
+            time.sleep(INTERVAL)
+            reports.append(cycle_report(api, ns, op, pools, wall, before_cycle))
+        op.close()
+        result["after_restart"] = reports
+    core.delete_namespace(ns)
+    api.close()
+    return result
 
 
 def main() -> int:
@@ -246,7 +383,18 @@ def main() -> int:
     )
     parser.add_argument("--pools", type=int, nargs="+", default=[50, 200, 500])
     parser.add_argument("--cycles", type=int, default=2)
-    parser.add_argument("--model", default="seasonal_naive", help="forecast model of every pool")
+    parser.add_argument(
+        "--model", default=DEFAULT_MODEL, help="forecast model of every pool (default: spec's)"
+    )
+    parser.add_argument(
+        "--series", type=int, default=10, help="distinct demand series the pools read"
+    )
+    parser.add_argument(
+        "--history-days", type=float, default=2.0, help="backfilled history and lookback"
+    )
+    parser.add_argument(
+        "--restart", action="store_true", help="then restart the operator and measure again"
+    )
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="prescaler-bench-") as tmp:
         cluster = LocalCluster(
@@ -263,9 +411,17 @@ def main() -> int:
             time.sleep(3)
             api.close()
             for n in args.pools:
-                print(
-                    json.dumps(run_one(cluster, prometheus, n, args.cycles, args.model)), flush=True
+                result = run_one(
+                    cluster,
+                    prometheus,
+                    n,
+                    args.cycles,
+                    args.model,
+                    args.series,
+                    args.restart,
+                    args.history_days,
                 )
+                print(json.dumps(result), flush=True)
         finally:
             prometheus.stop()
             cluster.stop()

@@ -107,7 +107,8 @@ class _Series:
     source: PrometheusSource | None = None
     history: pd.Series | None = None
     history_at: float = -math.inf
-    """The time the history was last fetched up to."""
+    """The time forecasts are made as of: the end of the newest step of history (see
+    :func:`as_of`)."""
     forecast: Forecast | None = None
     refreshed_at: float = -math.inf
     refresh: asyncio.Task[None] | None = None
@@ -276,14 +277,15 @@ class ForecastHub:
             history = fresh if series.history is None else pd.concat([series.history, fresh])
             history = history[~history.index.duplicated(keep="last")].sort_index()
             cutoff = pd.Timestamp(now - spec.lookback_seconds, unit="s", tz="UTC")
-            series.history, series.history_at = history[history.index >= cutoff], now
-            due = service.due_step(series.history, now)
+            series.history = history[history.index >= cutoff]
+            series.history_at = at = as_of(series.history, now, step)
+            due = service.due_step(series.history, at)
             if due is None:
                 series.due = series.due_since = None
             else:
                 self._want(series, due, now)
             before = _fit_counts(service)
-            series.forecast = service.forecast_cached(series.history, now)
+            series.forecast = service.forecast_cached(series.history, at)
             self._count_fits(service, before, None)
             series.error = None
         except Exception as exc:  # a boundary: any failure is reported, never raised
@@ -405,6 +407,20 @@ class ForecastHub:
         fitted = f", fitted {age:.0f} s ago" if age is not None else ""
         parts.append(f"planning with {forecast.model}{fitted}")
         return "; ".join(parts)
+
+
+def as_of(history: pd.Series, now: float, step: float, slack: int = 3) -> float:
+    """When a forecast from ``history`` is made: at the end of its newest step when that is
+    at most ``slack`` steps before ``now`` (a source may deliver the newest step or two
+    late, e.g. a rate window wider than the step, read centred), else ``now``.
+
+    The forecast then starts where the data ends; a model that extends the newest step
+    (the cheap ones) cannot start later, and nothing after that end is known anyway.
+    """
+    if history.empty:
+        return now
+    end = history.index[-1].timestamp() + step
+    return end if now - slack * step <= end < now else now
 
 
 def series_service(spec: ForecastSpec, events: Sequence[EventWindow]) -> ForecastService:

@@ -16,7 +16,7 @@ import pandas as pd
 
 from prescaler.api import ForecastSpec, SelectionStatus
 from prescaler.metrics import Metrics
-from prescaler.reconcile_forecast import ForecastHub, ForecastResult, series_key
+from prescaler.reconcile_forecast import ForecastHub, ForecastResult, as_of, series_key
 from prescaler.sources import PrometheusSource
 from prescaler_forecast import EventWindow, ForecastService, SelectionConfig
 
@@ -257,3 +257,32 @@ def test_a_full_queue_refuses_and_the_pool_retries_later() -> None:
         h.close()
 
     asyncio.run(scenario())
+
+
+def test_forecasts_are_made_as_of_the_newest_step_of_history() -> None:
+    source = FakeSource()
+    late = source.history(NOW - DAY, NOW - 90, STEP)  # the newest full step ends at NOW - 120
+    assert as_of(late, NOW, STEP) == NOW - 120
+    assert as_of(source.history(NOW - DAY, NOW, STEP), NOW, STEP) == NOW
+    assert as_of(source.history(NOW - DAY, NOW - 600, STEP), NOW, STEP) == NOW  # too old
+    assert as_of(late.iloc[:0], NOW, STEP) == NOW
+
+
+def test_a_series_whose_source_lags_a_step_still_forecasts_with_a_cheap_model() -> None:
+    class Lagging(FakeSource):
+        def history(self, start: float, end: float, step: float) -> pd.Series:
+            return super().history(start, end - 90, step)
+
+    async def scenario() -> ForecastResult:
+        clock, gate = [NOW + 30], Gate()
+        h = hub(gate, clock)
+        result: ForecastResult = await get(
+            h, "a", Lagging(), NOW + 30, spec(model="seasonal_naive")
+        )
+        h.close()
+        return result
+
+    result = asyncio.run(scenario())
+    assert result.forecast is not None
+    assert result.reason == "Fresh"
+    assert result.forecast.generated_at == NOW - 60
