@@ -22,10 +22,14 @@ import math
 from datetime import UTC, datetime
 from typing import Any
 
+from prescaler.api import ForecastSpec
 from prescaler.cli._common import CliError, positive_float, print_json
 from prescaler_forecast import MODEL_NAMES
 
 _MODELS = ", ".join(("auto", *MODEL_NAMES))
+_SPEC_DEFAULTS = {
+    name: ForecastSpec.model_fields[name].get_default() for name in ("model", "quantile")
+}
 
 
 def register(subparsers: Any) -> None:
@@ -51,7 +55,11 @@ def register(subparsers: Any) -> None:
         help="forecast time: unix seconds or ISO-8601 (naive = UTC); only data before it is used",
     )
     parser.add_argument("--horizon-minutes", required=True, type=positive_float, metavar="H")
-    parser.add_argument("--model", default="auto", help=f"one of: {_MODELS} (default auto)")
+    parser.add_argument(
+        "--model",
+        default=_SPEC_DEFAULTS["model"],
+        help=f"one of: {_MODELS} (default: the InferencePool spec's, {_SPEC_DEFAULTS['model']})",
+    )
     parser.add_argument(
         "--lookback-days",
         type=positive_float,
@@ -65,7 +73,10 @@ def register(subparsers: Any) -> None:
         help="forecast step (default: the trace's own step; 60 s for per-request formats)",
     )
     parser.add_argument(
-        "--quantile", type=_upper_quantile, default=0.9, help="upper quantile (default 0.9)"
+        "--quantile",
+        type=_upper_quantile,
+        default=_SPEC_DEFAULTS["quantile"],
+        help=f"upper quantile (default: the spec's, {_SPEC_DEFAULTS['quantile']})",
     )
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.set_defaults(func=run)
