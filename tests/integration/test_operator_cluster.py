@@ -82,7 +82,7 @@ def test_dated_window_prewarms_by_start_minus_lead_and_scales_down_after(
             "maxReplicas": 6,
             "model": MODEL,
             "coldStart": {"mode": "fixed", "seconds": 3, "marginSeconds": 0},
-            "scaleDown": {"stabilizationSeconds": stabilization, "maxPercent": 50},
+            "scaleDown": {"mode": "paced", "stabilizationSeconds": stabilization, "maxPercent": 50},
             "schedules": [
                 {
                     "name": "launch",

@@ -218,7 +218,7 @@ def test_a_kept_selection_is_resumed_not_redone() -> None:
         assert h._fits.pending == 0
         assert h.metrics.selections_resumed._value.get() == 1
         # A selection made for other settings is not taken over.
-        other: ForecastResult = await get(h, "b", source, NOW, spec(quantile=0.95), kept=kept)
+        other: ForecastResult = await get(h, "b", source, NOW, spec(quantile=0.97), kept=kept)
         assert other.reason == "Interim"
         await settle(h, lambda: gate.calls == 1)
         h.close()

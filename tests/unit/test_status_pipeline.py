@@ -150,7 +150,7 @@ def test_window_beyond_lead_leaves_the_target_alone() -> None:
 def test_scale_down_waits_for_stabilization() -> None:
     kube = _kube(replicas=4, ready=4)
     recent = {"lastScaleUpTime": rfc3339(NOW - 30)}
-    spec = _spec(scaleDown={"stabilizationSeconds": 300})
+    spec = _spec(scaleDown={"mode": "paced", "stabilizationSeconds": 300})
     status = _run(_reconciler(kube), spec, recent)
     assert kube.calls == []
     assert status["plan"]["action"] == "hold"
@@ -239,11 +239,17 @@ def test_standby_objects_are_owned_and_sized_then_removed() -> None:
 
 def test_schedule_only_pool_scales_back_down_after_the_window() -> None:
     kube = _kube(replicas=4, ready=4)
-    spec = _spec(schedules=[_window(-400, -100, 4)], scaleDown={"stabilizationSeconds": 60})
+    paced = {"mode": "paced", "stabilizationSeconds": 60}
+    spec = _spec(schedules=[_window(-400, -100, 4)], scaleDown=paced)
     status = _run(_reconciler(kube), spec, {"lastScaleUpTime": rfc3339(NOW - 500)})
     assert kube.calls == [("scale", "Deployment", "llm", 2)]
     assert status["plan"]["action"] == "scale_down"
     assert [e[1] for e in kube.events] == ["ScaledDown"]
+    # By default what the window no longer needs goes at once.
+    kube = _kube(replicas=4, ready=4)
+    spec = _spec(schedules=[_window(-400, -100, 4)])
+    _run(_reconciler(kube), spec, {"lastScaleUpTime": rfc3339(NOW - 500)})
+    assert kube.calls == [("scale", "Deployment", "llm", 1)]
 
 
 def test_a_pool_with_a_forecast_but_no_data_never_shrinks() -> None:

@@ -209,11 +209,13 @@ class ForecastSpec(WireModel):
     """How often the model is refit; between fits the last forecast is reused."""
     horizon_seconds: int = Field(default=7200, ge=60, le=7 * DAY)
     """How far ahead the forecast reaches."""
-    quantile: float = Field(default=0.9, ge=0.5, le=0.999)
+    quantile: float = Field(default=0.95, ge=0.5, le=0.999)
     """Upper quantile of the forecast that ready capacity must meet."""
-    headroom: float = Field(default=1.2, ge=1, le=10)
-    """Multiplier on the requirement for uneven arrivals and long-tail contexts."""
-    observed_headroom: float = Field(default=1.2, ge=1, le=10)
+    headroom: float = Field(default=1.0, ge=1, le=10)
+    """Multiplier on the requirement (capacity-model error, long-tail contexts). The
+    forecast's upper band is calibrated on the pool's own errors, so the default adds
+    nothing on top of it."""
+    observed_headroom: float = Field(default=1.3, ge=1, le=10)
     """Nowcast guard: the plan never falls below the latest observed demand times this
     (and the headroom). It covers the next rise when the forecast lags a level shift."""
 
@@ -313,12 +315,12 @@ class StandbySpec(WireModel):
 class ScaleDownSpec(WireModel):
     """How capacity is released. Never on missing or garbage metrics, whatever the mode."""
 
-    mode: Literal["forecast", "paced"] = "paced"
+    mode: Literal["forecast", "paced"] = "forecast"
     """``forecast`` releases at once what the forecast's upper band over the next cold
     start plus margin does not need (a released replica can be back, Ready, before the
     forecast needs it); ``paced`` removes at most ``maxPercent`` per
     ``stabilizationSeconds``."""
-    stabilization_seconds: int = Field(default=600, ge=0, le=DAY)
+    stabilization_seconds: int = Field(default=120, ge=0, le=DAY)
     """No scale-down this soon after a scale-up; in ``paced`` mode also at most one
     scale-down per period."""
     max_percent: int = Field(default=50, ge=1, le=100)
