@@ -118,8 +118,13 @@ def sweep(name: str, trace_args: list[str], cold: int) -> list[Point]:
         s = score(run, prep.demand, prep.config)
         return s.unserved_token_fraction, s.gpu_hours, s.shortfall_minutes
 
-    def one(policy_name: str, extra: list[str]) -> Any:
-        return build_policies(_parse([*base, "--policies", policy_name, *extra]), prep)[0]
+    def one(policy_name: str, extra: list[str], headroom: float | None = None) -> Any:
+        ns = _parse([*base, "--policies", policy_name, *extra])
+        ns.forecast_step = args.forecast_step  # what prepare() derived from the trace
+        own = prep
+        if headroom is not None:
+            own = replace(prep, capacity=replace(prep.capacity, headroom=headroom))
+        return build_policies(ns, own)[0]
 
     started = time.perf_counter()
     oracle = replay(one("oracle", []))
@@ -136,7 +141,7 @@ def sweep(name: str, trace_args: list[str], cold: int) -> list[Point]:
     default_headroom = ForecastSpec.model_fields["headroom"].default
     store: dict[int, Any] = {}
     for h in sorted({*HEADROOMS, default_headroom}):
-        policy = one("predictive", ["--headroom", str(h)])
+        policy = one("predictive", ["--headroom", str(h)], headroom=h)
         policy = replace(policy, forecaster=CachedForecaster(policy.forecaster, store))
         r = replay(policy)
         points.append(Point("predictive", "headroom", h, h == default_headroom, *r))
@@ -159,6 +164,9 @@ def headline(points: list[Point]) -> tuple[float | None, float | None]:
     pred = sorted((p for p in points if p.policy == "predictive"), key=lambda p: p.gpu_hours)
     gpu = np.array([p.gpu_hours for p in pred])
     uns = np.array([p.unserved for p in pred])
+    if hpa.unserved <= 0:  # nothing to interpolate to: the cheapest point with none either
+        zero = [p.gpu_hours for p in pred if p.unserved <= 0]
+        return (min(zero) / hpa.gpu_hours if zero else None), None
     # Unserved falls as GPU-hours grow; interpolate GPU-hours on the decreasing curve.
     order = np.argsort(uns)
     need = _interp(uns[order], gpu[order], hpa.unserved)
