@@ -45,6 +45,13 @@ def _check_series(series: pd.Series, what: str = "series") -> pd.Series:
         raise TypeError(f"{what} must have a DatetimeIndex, got {type(index).__name__}")
     if index.tz is None:
         raise ValueError(f"{what} must have a tz-aware (UTC) DatetimeIndex")
+    if (
+        series.dtype == np.float64
+        and str(index.tz) == "UTC"
+        and not index.hasnans
+        and index.is_monotonic_increasing
+    ):
+        return series  # already clean: the common case, called once per forecast
     numbers = pd.to_numeric(series, errors="coerce").astype(float)
     values = pd.Series(numbers.to_numpy(dtype=float), index=index.tz_convert("UTC"))
     values = values[values.index.notna()]
@@ -55,7 +62,12 @@ def _check_series(series: pd.Series, what: str = "series") -> pd.Series:
 
 def unix_seconds(index: pd.DatetimeIndex) -> FloatArray:
     """Unix seconds (float) of a tz-aware index, whatever its resolution."""
-    return np.asarray((index - pd.Timestamp(0, tz="UTC")) / pd.Timedelta(seconds=1), dtype=float)
+    per_second = {"s": 1.0, "ms": 1e3, "us": 1e6, "ns": 1e9}.get(str(index.unit))
+    if per_second is None or index.hasnans:
+        return np.asarray(
+            (index - pd.Timestamp(0, tz="UTC")) / pd.Timedelta(seconds=1), dtype=float
+        )
+    return np.asarray(index.asi8, dtype=float) / per_second
 
 
 def counter_to_rate(counter: pd.Series) -> pd.Series:

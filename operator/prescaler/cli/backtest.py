@@ -198,9 +198,7 @@ def register(subparsers: Any) -> None:
         default=["reactive", "predictive", "oracle"],
         help=f"comma-separated, in timeline order: {', '.join(POLICIES)}",
     )
-    pol.add_argument(
-        "--forecast-model", help=f"spec.forecast.model (default {_default('model')})"
-    )
+    pol.add_argument("--forecast-model", help=f"spec.forecast.model (default {_default('model')})")
     pol.add_argument(
         "--quantile",
         type=_quantile,
@@ -293,7 +291,8 @@ def register(subparsers: Any) -> None:
         "--history-days",
         type=positive_float,
         default=None,
-        help="history handed to the forecaster (default: all so far)",
+        help="history handed to the forecaster (default: spec.forecast.lookbackSeconds, "
+        "as the operator reads it)",
     )
     pol.add_argument(
         "--window",
@@ -546,11 +545,7 @@ def build_policies(args: argparse.Namespace, prep: Prepared) -> list[Any]:
                 ScheduleOnlyPolicy(windows, capacity, config.min_replicas, config.max_replicas)
             )
         else:
-            policies.append(
-                _predictive(
-                    args, demand, capacity, config, windows, PredictivePolicy
-                )
-            )
+            policies.append(_predictive(args, demand, capacity, config, windows, PredictivePolicy))
 
     return policies
 
@@ -776,5 +771,10 @@ def _predictive(
         cold_start_seconds=args.cold_start_seconds,
         windows=tuple(windows),
         interval=args.decision_seconds,
-        history_seconds=None if args.history_days is None else args.history_days * 86400.0,
+        # As the operator: it reads spec.forecast.lookbackSeconds of history.
+        history_seconds=(
+            spec.forecast.lookback_seconds
+            if args.history_days is None
+            else args.history_days * 86400.0
+        ),
     )
