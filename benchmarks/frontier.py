@@ -67,9 +67,9 @@ RUNS: dict[str, list[str]] = {
 COLD_STARTS = (240, 600)
 
 HPA_TARGETS = (0.5, 0.6, 0.7, 0.8, 0.9)
-PERSISTENCE_K = (1.1, 1.2, 1.3, 1.4, 1.5, 1.6, 1.8)
+PERSISTENCE_K = (1.1, 1.2, 1.3, 1.4, 1.6, 1.8)
 SMOOTHED_K = (1.0, 1.1, 1.2, 1.3, 1.4, 1.6)
-HEADROOMS = (1.0, 1.1, 1.2, 1.3, 1.4, 1.5, 1.7)
+HEADROOMS = (1.0, 1.1, 1.2, 1.3, 1.5)
 
 
 @dataclass(frozen=True)

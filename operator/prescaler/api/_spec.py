@@ -215,7 +215,7 @@ class ForecastSpec(WireModel):
     """Multiplier on the requirement (capacity-model error, long-tail contexts). The
     forecast's upper band is calibrated on the pool's own errors, so the default adds
     nothing on top of it."""
-    observed_headroom: float = Field(default=1.3, ge=1, le=10)
+    observed_headroom: float = Field(default=1.4, ge=1, le=10)
     """Nowcast guard: the plan never falls below the latest observed demand times this
     (and the headroom). It covers the next rise when the forecast lags a level shift."""
 
