@@ -91,7 +91,8 @@ class CachedForecaster:
         self.inner, self.store = inner, store
 
     def forecast(self, history: Any, now: float) -> Any:
-        key = len(history)
+        # The history is a sliding window (the spec's lookback): key on its newest minute.
+        key = history.index[-1].value if len(history) else 0
         if key not in self.store:
             self.store[key] = self.inner.forecast(history, now)
         return self.store[key]
