@@ -58,7 +58,8 @@ INTERVAL = 60.0
 
 def _children_rss_and_cpu() -> tuple[int, float]:
     """RSS (bytes) and CPU seconds of this process' forecast fit workers (the spawned
-    ``multiprocessing`` children; the cluster and Prometheus are children too, not counted)."""
+    ``multiprocessing`` children, with the Stan processes their Prophet fits ran; the
+    cluster and Prometheus are children too, not counted)."""
     rss, cpu = 0, 0.0
     me = os.getpid()
     tick = os.sysconf("SC_CLK_TCK")
@@ -77,9 +78,36 @@ def _children_rss_and_cpu() -> tuple[int, float]:
                 continue
         except OSError:
             continue
-        cpu += (int(stat[11]) + int(stat[12])) / tick
+        cpu += sum(int(x) for x in stat[11:15]) / tick
         rss += int(stat[21]) * page
     return rss, cpu
+
+
+def _cluster_cpu() -> dict[str, float]:
+    """CPU seconds of the other children (API server, etcd, kwok, Prometheus...) by name."""
+    me, tick = os.getpid(), os.sysconf("SC_CLK_TCK")
+    out: dict[str, float] = {}
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            name, rest = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)
+            if int(rest.split()[1]) != me:
+                continue
+            if b"multiprocessing" in Path(f"/proc/{pid}/cmdline").read_bytes():
+                continue
+        except OSError:
+            continue
+        comm = name.split("(", 1)[1]
+        out[comm] = out.get(comm, 0.0) + sum(int(x) for x in rest.split()[11:15]) / tick
+    return out
+
+
+def _machine_busy() -> tuple[float, float]:
+    """(busy, total) jiffies of the whole machine."""
+    fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    idle = fields[3] + fields[4]
+    return sum(fields) - idle, sum(fields)
 
 
 def _self_rss() -> int:
@@ -235,7 +263,9 @@ def forecast_reasons(api: Any, ns: str) -> dict[str, int]:
     reasons: dict[str, int] = {}
     for pool in listing["items"]:
         conditions = (pool.get("status") or {}).get("conditions") or []
-        healthy = next((c for c in conditions if c["type"] == "ForecastHealthy"), {})
+        healthy: dict[str, Any] = next(
+            (c for c in conditions if c["type"] == "ForecastHealthy"), {}
+        )
         reason = healthy.get("reason", "-")
         if reason not in reasons and reason != "Fresh":
             print(f"{reason}: {healthy.get('message', '')[:300]}", file=sys.stderr)
@@ -310,6 +340,7 @@ def run_one(
     bounds, before, _, count0 = _histogram(metrics, "prescaler_reconcile_duration_seconds")
     fits0 = _counter(metrics, "prescaler_forecast_fits")
     cpu1, (_, child_cpu1) = time.process_time(), _children_rss_and_cpu()
+    cluster1, busy1 = _cluster_cpu(), _machine_busy()
     t1 = time.monotonic()
     peak_rss = 0
     peak_children = 0
@@ -328,6 +359,7 @@ def run_one(
     _, after, _, count1 = _histogram(metrics, "prescaler_reconcile_duration_seconds")
     fits1 = _counter(metrics, "prescaler_forecast_fits")
     cpu2, (_, child_cpu2) = time.process_time(), _children_rss_and_cpu()
+    cluster2, busy2 = _cluster_cpu(), _machine_busy()
     reasons = forecast_reasons(api, ns)
     stale = int(sum(_gauges(metrics, "prescaler_forecast_stale").values()))
     series = next(
@@ -357,6 +389,22 @@ def run_one(
         "forecast_reasons": reasons,
         "operator_cpu_s_per_cycle": round((cpu2 - cpu1) / (elapsed / INTERVAL), 2),
         "fit_workers_cpu_s_per_cycle": round((child_cpu2 - child_cpu1) / (elapsed / INTERVAL), 2),
+        "cluster_cpu_s_per_cycle": {
+            name: round((cpu - cluster1.get(name, 0.0)) / (elapsed / INTERVAL), 1)
+            for name, cpu in sorted(cluster2.items())
+        },
+        "machine_busy_share": round((busy2[0] - busy1[0]) / max(1, busy2[1] - busy1[1]), 3),
+        # Everything else on the machine (other users' jobs compete for the same cores).
+        "other_cpu_s_per_cycle": round(
+            (
+                (busy2[0] - busy1[0]) / os.sysconf("SC_CLK_TCK")
+                - (cpu2 - cpu1)
+                - (child_cpu2 - child_cpu1)
+                - sum(cpu - cluster1.get(name, 0.0) for name, cpu in cluster2.items())
+            )
+            / (elapsed / INTERVAL),
+            1,
+        ),
         "warmup_cpu_s": round(cpu1 - cpu0, 1),
         "operator_rss_mib": round(peak_rss / 2**20),
         "fit_workers_rss_mib": round(peak_children / 2**20),
