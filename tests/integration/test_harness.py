@@ -7,6 +7,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -281,7 +282,11 @@ def test_deleting_a_deployment_collects_its_pods(kube: Any, namespace: str) -> N
     assert poll(gone, 90), "garbage collector did not remove the ReplicaSet and pods"
 
 
+TRACES = Path(__file__).resolve().parents[2] / ".." / "shared" / "traces"
+
+
 @pytest.mark.prometheus
+@pytest.mark.skipif(not TRACES.is_dir(), reason="../shared/traces not present")
 def test_range_query_over_backfilled_history(prometheus: Prometheus) -> None:
     end = math.floor(time.time() / 600) * 600
     times, rates = servegen_rate(days=2, end_at_s=end, scale=0.01)
