@@ -12,9 +12,9 @@ value, in-process through the same code ``prescaler backtest`` runs (``prepare``
 
 * reactive: the HPA target, 0.5 to 0.9 (0.7 is the brief's baseline);
 * persistence: ``k`` x the demand seen now;
-* predictive: the capacity headroom (``spec.forecast.headroom``) at the product's defaults
-  otherwise (the default point is the spec's own headroom). Forecasts do not depend on
-  this knob, so they are computed once per trace and replayed for every value;
+* predictive: the nowcast guard (``spec.forecast.observedHeadroom``), the product's
+  defaults otherwise (the default point is the spec's own guard). Forecasts do not depend
+  on this knob, so they are computed once per trace and replayed for every value;
 * smoothed-oracle: ``k`` x the future's centred 31-minute mean (the predictable-part bound).
 
 Besides the shared traces it replays two generated minute-level traces
@@ -69,7 +69,7 @@ COLD_STARTS = (240, 600)
 HPA_TARGETS = (0.5, 0.6, 0.7, 0.8, 0.9)
 PERSISTENCE_K = (1.1, 1.2, 1.3, 1.4, 1.6, 1.8)
 SMOOTHED_K = (1.0, 1.1, 1.2, 1.3, 1.4, 1.6)
-HEADROOMS = (1.0, 1.1, 1.2, 1.3, 1.5)
+GUARDS = (1.1, 1.2, 1.3, 1.4, 1.5, 1.6)
 
 
 @dataclass(frozen=True)
@@ -139,13 +139,13 @@ def sweep(name: str, trace_args: list[str], cold: int) -> list[Point]:
     for k in SMOOTHED_K:
         r = replay(one("smoothed-oracle", ["--smoothed-oracle-k", str(k)]))
         points.append(Point("smoothed-oracle", "k", k, k == 1.0, *r))
-    default_headroom = ForecastSpec.model_fields["headroom"].default
+    default_guard = ForecastSpec.model_fields["observed_headroom"].default
     store: dict[int, Any] = {}
-    for h in sorted({*HEADROOMS, default_headroom}):
-        policy = one("predictive", ["--headroom", str(h)], headroom=h)
+    for g in sorted({*GUARDS, default_guard}):
+        policy = one("predictive", ["--observed-headroom", str(g)])
         policy = replace(policy, forecaster=CachedForecaster(policy.forecaster, store))
         r = replay(policy)
-        points.append(Point("predictive", "headroom", h, h == default_headroom, *r))
+        points.append(Point("predictive", "guard", g, g == default_guard, *r))
     print(f"{name} {cold}s: {time.perf_counter() - started:.0f} s", file=sys.stderr)
     return points
 
