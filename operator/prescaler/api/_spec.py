@@ -174,7 +174,10 @@ class QueriesSpec(WireModel):
     """Custom PromQL, each replacing the engine profile's query of the same name."""
 
     requests_per_second: PromQL | None = None
-    """Demand in requests/s, one series (it is forecast)."""
+    """Demand in requests/s, one series (it is forecast). ``$window`` in it is replaced by
+    the rate window: the history step for the forecast's history (each step's own mean),
+    the operator's rate window for the demand now. Without ``$window`` the query is used as
+    written and each value is read as the step that ends at its time."""
     prompt_tokens_per_second: PromQL | None = None
     """Prompt tokens/s arriving."""
     output_tokens_per_second: PromQL | None = None
