@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
-from prescaler.api import ForecastSpec, SelectionStatus
+from prescaler.api import ForecastSpec, SelectionStatus, forecast_service
 from prescaler.metrics import Metrics
 from prescaler.planning import ScheduledWindow, event_windows
 from prescaler.reconcile_fits import FitScheduler
@@ -424,16 +424,9 @@ def as_of(history: pd.Series, now: float, step: float, slack: int = 3) -> float:
 
 
 def series_service(spec: ForecastSpec, events: Sequence[EventWindow]) -> ForecastService:
-    """The forecaster of a series, as its pools' ``spec.forecast`` asks for."""
-    return ForecastService(
-        model=spec.model,
-        horizon_seconds=spec.horizon_seconds,
-        step_seconds=spec.step_seconds,
-        quantile=spec.quantile,
-        refit_seconds=spec.refit_seconds,
-        lookback_seconds=spec.lookback_seconds,
-        events=events,
-    )
+    """The forecaster of a series, as its pools' ``spec.forecast`` asks for (built where
+    the backtest builds it too)."""
+    return forecast_service(spec, events=events)
 
 
 def _fit_counts(service: ForecastService) -> dict[str, int]:
