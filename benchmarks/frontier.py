@@ -119,13 +119,10 @@ def sweep(name: str, trace_args: list[str], cold: int) -> list[Point]:
         s = score(run, prep.demand, prep.config)
         return s.unserved_token_fraction, s.gpu_hours, s.shortfall_minutes
 
-    def one(policy_name: str, extra: list[str], headroom: float | None = None) -> Any:
+    def one(policy_name: str, extra: list[str]) -> Any:
         ns = _parse([*base, "--policies", policy_name, *extra])
         ns.forecast_step = args.forecast_step  # what prepare() derived from the trace
-        own = prep
-        if headroom is not None:
-            own = replace(prep, capacity=replace(prep.capacity, headroom=headroom))
-        return build_policies(ns, own)[0]
+        return build_policies(ns, prep)[0]
 
     started = time.perf_counter()
     oracle = replay(one("oracle", []))
