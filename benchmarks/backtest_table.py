@@ -25,6 +25,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from _readme import replace_section  # the scripts run with benchmarks/ on sys.path
+
 ROOT = Path(__file__).resolve().parents[1]
 TRACES = Path("../shared/traces")
 README = ROOT / "benchmarks" / "README.md"
@@ -167,15 +169,7 @@ def merge_section(tbl: str, tim: str) -> str | None:
 
 
 def write_readme(section: str) -> None:
-    text = README.read_text() if README.exists() else "# Benchmarks\n"
-    block = f"{BEGIN}\n{section}\n{END}"
-    if BEGIN in text and END in text:
-        head, rest = text.split(BEGIN, 1)
-        _, tail = rest.split(END, 1)
-        text = head + block + tail
-    else:
-        text = text.rstrip("\n") + "\n\n## Backtest\n\n" + block + "\n"
-    README.write_text(text)
+    replace_section(BEGIN, END, section, "Backtest", README)
 
 
 def main() -> int:

@@ -42,6 +42,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from _readme import replace_section  # the scripts run with benchmarks/ on sys.path
+
 ROOT = Path(__file__).resolve().parents[1]
 TRACES = Path("../shared/traces")
 README = ROOT / "benchmarks" / "README.md"
@@ -282,15 +284,7 @@ def section(results: list[dict[str, Any]], out: Path, wall: float, jobs: int) ->
 
 
 def write_readme(text_block: str) -> None:
-    text = README.read_text() if README.exists() else "# Benchmarks\n"
-    block = f"{BEGIN}\n{text_block}\n{END}"
-    if BEGIN in text and END in text:
-        head, rest = text.split(BEGIN, 1)
-        _, tail = rest.split(END, 1)
-        text = head + block + tail
-    else:
-        text = text.rstrip("\n") + "\n\n## Known events\n\n" + block + "\n"
-    README.write_text(text)
+    replace_section(BEGIN, END, text_block, "Known events", README)
 
 
 def main() -> int:

@@ -45,6 +45,8 @@ from typing import Any
 
 import numpy as np
 
+from _readme import replace_section  # the scripts run with benchmarks/ on sys.path
+
 ROOT = Path(__file__).resolve().parents[1]
 TRACES = Path("../shared/traces")
 README = ROOT / "benchmarks" / "README.md"
@@ -248,14 +250,7 @@ def section(results: list[tuple[str, int, list[Point], Path]]) -> str:
 
 
 def write_readme(text: str) -> None:
-    body = README.read_text()
-    block = f"{BEGIN}\n{text}{END}"
-    if BEGIN in body and END in body:
-        head, rest = body.split(BEGIN, 1)
-        body = head + block + rest.split(END, 1)[1]
-    else:
-        body = body.rstrip("\n") + "\n\n## Frontier\n\n" + block + "\n"
-    README.write_text(body)
+    replace_section(BEGIN, END, text, "Frontier", README)
 
 
 def synthetic_runs(out: Path) -> dict[str, list[str]]:
