@@ -111,8 +111,8 @@ def event_factor(times: np.ndarray, start: float, multiplier: float,
 def _scale_factor(sc: Scenario) -> tuple[float, Any]:
     """The demand scale that ``--scale-to-peak-replicas 40`` applies to the original trace."""
     from prescaler.backtest import demand_from_trace
+    from prescaler.backtest.traces import load_trace
     from prescaler.cli.backtest import _peak_factor
-    from prescaler.traces import load_trace
 
     trace = load_trace(sc.path, sc.fmt)
     demand = demand_from_trace(
@@ -139,7 +139,7 @@ def write_event_trace(sc: Scenario, multiplier: float, out: Path) -> dict[str, A
         stamps = pd.to_datetime(times[ok], unit="s").strftime("%Y-%m-%d %H:%M:%S")
         frame = pd.DataFrame({"timestamp": stamps, "value": rps[ok] * trace.step_seconds})
     else:  # servegen: seconds since its epoch; a zero rate marks a collection gap
-        from prescaler.traces import SERVEGEN_EPOCH
+        from prescaler.backtest.traces import SERVEGEN_EPOCH
 
         frame = pd.DataFrame({
             "t_sec": np.rint(times - SERVEGEN_EPOCH).astype(np.int64),

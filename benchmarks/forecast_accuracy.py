@@ -31,7 +31,7 @@ from pathlib import Path
 
 import numpy as np
 
-from prescaler.traces import Trace, load_trace
+from prescaler.backtest.traces import Trace, load_trace
 from prescaler_forecast import MODEL_NAMES, ForecastService, SelectionConfig, accuracy
 
 ROOT = Path(__file__).resolve().parents[1]

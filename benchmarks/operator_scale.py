@@ -236,7 +236,7 @@ class Operator:
     """The operator in a thread of this process, with its own metrics."""
 
     def __init__(self, settings: OperatorSettings) -> None:
-        from prescaler.reconcile_runtime import run_operator
+        from prescaler.controller.runtime import run_operator
 
         self.metrics = Metrics()
         self.stop = threading.Event()

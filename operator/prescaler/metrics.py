@@ -4,10 +4,15 @@ from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass, field
+from typing import get_args
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
+from prescaler.capacity import Constraint
+
 _POOL = ("namespace", "pool")
+CONSTRAINTS: tuple[Constraint, ...] = get_args(Constraint)
+"""Every value of ``prescaler_driving_constraint``'s ``constraint`` label."""
 _SECONDS = (0.01, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 120)
 
 
@@ -22,6 +27,19 @@ class Metrics:
         self.predicted_demand = Gauge(
             "prescaler_predicted_demand_requests_per_second",
             "Forecast upper-quantile peak demand within the lookahead",
+            _POOL,
+            registry=r,
+        )
+        self.forecast_mean = Gauge(
+            "prescaler_forecast_mean_requests_per_second",
+            "Forecast mean demand for the step that contains now",
+            _POOL,
+            registry=r,
+        )
+        self.forecast_upper = Gauge(
+            "prescaler_forecast_upper_requests_per_second",
+            "Forecast upper-quantile demand (spec.forecast.quantile, the band the plan sizes"
+            " on) for the step that contains now",
             _POOL,
             registry=r,
         )
@@ -42,6 +60,13 @@ class Metrics:
         )
         self.standby_replicas = Gauge(
             "prescaler_standby_replicas", "Placeholder pods the plan asks for", _POOL, registry=r
+        )
+        self.driving_constraint = Gauge(
+            "prescaler_driving_constraint",
+            "1 for the limit that drove the plan (memory, compute, schedule, floor), 0 for"
+            " the others",
+            (*_POOL, "constraint"),
+            registry=r,
         )
         self.cold_start_seconds = Gauge(
             "prescaler_cold_start_seconds",
@@ -132,10 +157,21 @@ class Metrics:
             registry=r,
         )
 
+    def set_driving_constraint(self, namespace: str, pool: str, constraint: Constraint) -> None:
+        """One-hot: 1 on ``constraint``'s series, 0 on every other constraint's."""
+        for name in CONSTRAINTS:
+            value = 1 if name == constraint else 0
+            self.driving_constraint.labels(namespace, pool, name).set(value)
+
     def forget(self, namespace: str, pool: str) -> None:
         """Drop a deleted pool's series."""
+        for name in CONSTRAINTS:
+            with contextlib.suppress(KeyError):
+                self.driving_constraint.remove(namespace, pool, name)
         for gauge in (
             self.predicted_demand,
+            self.forecast_mean,
+            self.forecast_upper,
             self.observed_demand,
             self.planned_replicas,
             self.desired_replicas,

@@ -1,7 +1,7 @@
 """Fixtures and helpers for the operator's cluster tests: the CRD, the operator in a thread.
 
 Import the fixtures into a test module (``from integration.operator_fixtures import ...``).
-The operator runs in-process (``prescaler.reconcile_runtime.operate``) in its own thread and
+The operator runs in-process (``prescaler.controller.runtime.operate``) in its own thread and
 event loop, watching only the test's namespace, with a fast timer.
 """
 
@@ -73,7 +73,7 @@ def crd_fixture(cluster: LocalCluster) -> None:
 @contextmanager
 def running_operator(cluster: LocalCluster, namespace: str, **reconcile: Any) -> Iterator[Metrics]:
     """The operator watching ``namespace`` until the block ends; yields its metrics."""
-    from prescaler.reconcile_runtime import run_operator
+    from prescaler.controller.runtime import run_operator
 
     settings = OperatorSettings(
         watch=WatchSettings(namespaces=(namespace,)),

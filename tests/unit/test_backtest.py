@@ -24,9 +24,9 @@ from prescaler.backtest import (
     score,
     simulate,
 )
+from prescaler.backtest.traces import Trace
 from prescaler.capacity import CapacityModel, TokenProfile
 from prescaler.planning import ScalingPolicy
-from prescaler.traces import Trace
 
 CAP = 1000.0  # tokens/s per replica
 

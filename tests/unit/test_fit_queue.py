@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from prescaler.reconcile_fits import FairQueue, FitScheduler
+from prescaler.controller.fits import FairQueue, FitScheduler
 
 
 def test_earliest_due_first_and_arrival_order_among_equals() -> None:

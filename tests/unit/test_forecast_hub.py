@@ -15,8 +15,9 @@ import numpy as np
 import pandas as pd
 
 from prescaler.api import ForecastSpec, SelectionStatus
+from prescaler.controller.forecast import ForecastHub, as_of, series_key
+from prescaler.controller.model import ForecastResult
 from prescaler.metrics import Metrics
-from prescaler.reconcile_forecast import ForecastHub, ForecastResult, as_of, series_key
 from prescaler.sources import PrometheusSource
 from prescaler_forecast import EventWindow, ForecastService, SelectionConfig
 

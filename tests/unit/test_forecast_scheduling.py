@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 
 from prescaler.api import InferencePoolStatus
-from prescaler.reconcile_status import selection_from_status, selection_status
+from prescaler.controller.status import selection_from_status, selection_status
 from prescaler_forecast import (
     MODEL_NAMES,
     SELECTION,

@@ -7,8 +7,7 @@ from dataclasses import dataclass
 import pytest
 
 from prescaler.api import ColdStartSpec, ColdStartStatus, Condition, InferencePoolStatus
-from prescaler.kube import PodStart
-from prescaler.reconcile_status import (
+from prescaler.controller.status import (
     ConditionUpdate,
     forecast_view,
     learn_cold_start,
@@ -17,6 +16,7 @@ from prescaler.reconcile_status import (
     rfc3339,
     status_patch,
 )
+from prescaler.kube import PodStart
 
 
 @dataclass(frozen=True)

@@ -8,11 +8,12 @@ from typing import Any
 
 import pytest
 
+from prescaler.controller.forecast import ForecastHub
+from prescaler.controller.model import PoolObject
+from prescaler.controller.reconcile import Reconciler
+from prescaler.controller.status import rfc3339
 from prescaler.kube import Hpa, NotFound, ObjectRef, PodStart, StandbyObservation, Workload
 from prescaler.metrics import Metrics
-from prescaler.reconcile import PoolObject, Reconciler
-from prescaler.reconcile_forecast import ForecastHub
-from prescaler.reconcile_status import rfc3339
 
 NOW = 1_750_000_000.0
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from prescaler.reconcile import TARGET_CONFLICT, TargetClaim, target_claim, target_owner
+from prescaler.controller.model import TARGET_CONFLICT, TargetClaim, target_claim, target_owner
 
 
 def body(name: str, created: str, target: str = "llm", reason: str | None = None) -> dict[str, Any]:

@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from prescaler.traces import (
+from prescaler.backtest.traces import (
     SERVEGEN_EPOCH,
     TRACE_FORMATS,
     Trace,

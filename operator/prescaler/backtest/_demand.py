@@ -7,7 +7,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 import pandas as pd
 
-from prescaler.traces import Trace
+from prescaler.backtest.traces import Trace
 
 FloatArray = np.ndarray
 

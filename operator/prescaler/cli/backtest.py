@@ -115,7 +115,7 @@ def _at_least_one(text: str) -> float:
 
 
 def register(subparsers: Any) -> None:
-    from prescaler.traces import TRACE_FORMATS
+    from prescaler.backtest.traces import TRACE_FORMATS
 
     parser = subparsers.add_parser(
         "backtest",
@@ -432,7 +432,7 @@ def prepare(args: argparse.Namespace) -> Prepared:
     import numpy as np
 
     from prescaler.backtest import FleetConfig, demand_from_trace, replicas_needed
-    from prescaler.traces import TraceError, load_token_mix, load_trace, with_token_mix
+    from prescaler.backtest.traces import TraceError, load_token_mix, load_trace, with_token_mix
 
     try:
         step = args.trace_step_seconds if args.trace_format in ("azure", "requests") else None

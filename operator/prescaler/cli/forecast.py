@@ -111,7 +111,7 @@ def _iso(t: float) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from prescaler.traces import load_trace
+    from prescaler.backtest.traces import load_trace
     from prescaler_forecast import ForecastService
 
     trace = load_trace(args.trace, args.fmt, step_seconds=args.step_seconds)

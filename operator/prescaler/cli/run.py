@@ -82,7 +82,7 @@ def settings_from_args(args: argparse.Namespace) -> Any:
 def run(args: argparse.Namespace) -> int:
     import kopf
 
-    from prescaler.reconcile_runtime import run_operator
+    from prescaler.controller.runtime import run_operator
 
     settings = settings_from_args(args)
     kopf.configure(verbose=args.verbose, debug=args.debug)

@@ -1,19 +1,20 @@
 """kopf handlers: the only module with ``@kopf.on.*``. Each is a few lines; the work is in
-:mod:`prescaler.reconcile`."""
+:mod:`prescaler.controller.reconcile`. Also kopf's own settings (:func:`configure_kopf`)."""
 
 from __future__ import annotations
 
+import logging
 import random
 from typing import TYPE_CHECKING, Any
 
 import kopf
 
 from prescaler.api import GROUP, PLURAL, VERSION
+from prescaler.controller.model import PoolObject, TargetClaim, target_claim, target_owner
 from prescaler.kube import KubeError
-from prescaler.reconcile import PoolObject, TargetClaim, target_claim, target_owner
 
 if TYPE_CHECKING:
-    from prescaler.reconcile_runtime import Runtime
+    from prescaler.controller.reconcile import Reconciler
 
 
 def _pool(kwargs: dict[str, Any], superseded_by: str | None = None) -> PoolObject:
@@ -29,11 +30,23 @@ def _pool(kwargs: dict[str, Any], superseded_by: str | None = None) -> PoolObjec
     )
 
 
-def register(registry: kopf.OperatorRegistry, runtime: Runtime) -> None:
-    """Register the handlers of one operator run on ``registry``."""
-    from prescaler.reconcile_runtime import configure_kopf
+def configure_kopf(kopf_settings: kopf.OperatorSettings) -> None:
+    """Keep kopf's own marks on our objects to what it needs, under our own prefix."""
+    kopf_settings.persistence.finalizer = "prescaler.io/finalizer"
+    kopf_settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(
+        prefix="prescaler.io"
+    )
+    kopf_settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
+        prefix="prescaler.io", key="last-handled-configuration"
+    )
+    kopf_settings.posting.level = logging.WARNING
+    kopf_settings.watching.server_timeout = 300
+    kopf_settings.networking.request_timeout = 60
 
-    interval = runtime.settings.reconcile.interval_seconds
+
+def register(registry: kopf.OperatorRegistry, reconciler: Reconciler, interval: float) -> None:
+    """Register the handlers of one operator run on ``registry``: ``reconciler`` serves
+    every pool once per ``interval`` seconds."""
 
     @kopf.on.login(registry=registry)
     def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
@@ -69,7 +82,7 @@ def register(registry: kopf.OperatorRegistry, runtime: Runtime) -> None:
         owner = target_owner(me, claims.get(key, []))
         try:
             pool = _pool({"body": body, **kwargs}, superseded_by=owner)
-            patch.status.update(await runtime.reconciler.reconcile(pool))
+            patch.status.update(await reconciler.reconcile(pool))
         except KubeError as exc:
             raise kopf.TemporaryError(str(exc), delay=interval) from exc
 
@@ -77,4 +90,4 @@ def register(registry: kopf.OperatorRegistry, runtime: Runtime) -> None:
     @kopf.on.event(GROUP, VERSION, PLURAL, registry=registry)
     def forget(type: str | None, **kwargs: Any) -> None:
         if type == "DELETED":
-            runtime.reconciler.forget(_pool(kwargs))
+            reconciler.forget(_pool(kwargs))

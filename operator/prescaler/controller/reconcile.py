@@ -12,22 +12,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
-import math
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from typing import Any
 
 from prescaler.api import (
-    API_VERSION,
-    KIND,
-    ColdStartStatus,
-    DemandStatus,
-    ForecastStatus,
     InferencePoolSpec,
     InferencePoolStatus,
-    PlanStatus,
     SpecError,
     StandbyPartStatus,
     StandbyStatus,
@@ -38,6 +31,24 @@ from prescaler.api import (
     scheduled_windows,
 )
 from prescaler.capacity import CapacityModel
+from prescaler.controller.forecast import ForecastHub
+from prescaler.controller.model import (
+    TARGET_CONFLICT,
+    ForecastResult,
+    Gathered,
+    InvalidPool,
+    PoolObject,
+)
+from prescaler.controller.status import (
+    compose_status,
+    forecast_error,
+    invalid_status,
+    learn_cold_start,
+    parse_rfc3339,
+    parse_status,
+    shortfall,
+    status_patch,
+)
 from prescaler.kube import (
     ROLE_HOT,
     ROLE_PLACEHOLDER,
@@ -45,7 +56,6 @@ from prescaler.kube import (
     KubeApi,
     KubeError,
     NotFound,
-    ObjectRef,
     PodStart,
     StandbyObservation,
     Workload,
@@ -58,18 +68,6 @@ from prescaler.kube import (
 )
 from prescaler.metrics import Metrics
 from prescaler.planning import FleetState, PlanInputs, ScalePlan, ScheduledWindow, plan
-from prescaler.reconcile_forecast import ForecastHub, ForecastResult
-from prescaler.reconcile_status import (
-    ConditionUpdate,
-    forecast_view,
-    learn_cold_start,
-    merge_conditions,
-    next_window,
-    parse_rfc3339,
-    parse_status,
-    rfc3339,
-    status_patch,
-)
 from prescaler.sources import (
     MetricsUnavailable,
     PrometheusSource,
@@ -80,83 +78,6 @@ from prescaler.sources import (
 )
 
 DEFAULT_PRIORITY_CLASS = "prescaler-placeholder"
-
-
-@dataclass(frozen=True, slots=True)
-class PoolObject:
-    """The parts of an InferencePool object the reconcile reads."""
-
-    namespace: str
-    name: str
-    uid: str
-    generation: int | None
-    spec: Mapping[str, Any]
-    status: Mapping[str, Any]
-    superseded_by: str | None = None
-    """An older pool that already scales the same target (see :func:`target_owner`)."""
-
-    @property
-    def ref(self) -> ObjectRef:
-        return ObjectRef(API_VERSION, KIND, self.name, self.namespace, self.uid)
-
-    @property
-    def key(self) -> tuple[str, str]:
-        return (self.namespace, self.name)
-
-
-@dataclass(frozen=True, slots=True)
-class Gathered:
-    """Everything the planner and the status need, read from the cluster and Prometheus."""
-
-    workload: Workload
-    current_replicas: int
-    cold_start: ColdStartStatus
-    snapshot: Snapshot | None
-    metrics_problem: str | None
-    forecast: ForecastResult | None
-
-
-@dataclass(frozen=True, slots=True, order=True)
-class TargetClaim:
-    """A pool's claim on its target. Claims order by age: the oldest pool owns the target."""
-
-    created: str
-    """creationTimestamp (RFC 3339 in UTC, so it sorts as text)."""
-    name: str
-    blocked: bool = False
-    """The pool is Invalid for a reason of its own: it scales nothing, so it claims nothing."""
-
-
-TARGET_CONFLICT = "TargetConflict"
-
-
-def target_claim(pool: Mapping[str, Any]) -> tuple[tuple[str, str, str], TargetClaim]:
-    """The index key (namespace, target kind, target name) and the claim of a pool body."""
-    meta, spec = pool.get("metadata") or {}, pool.get("spec") or {}
-    target = spec.get("target") or {}
-    conditions = (pool.get("status") or {}).get("conditions") or []
-    blocked = any(
-        c.get("type") == "Invalid"
-        and c.get("status") == "True"
-        and c.get("reason") != TARGET_CONFLICT
-        for c in conditions
-    )
-    key = (
-        str(meta.get("namespace")),
-        str(target.get("kind", "Deployment")),
-        str(target.get("name")),
-    )
-    return key, TargetClaim(str(meta.get("creationTimestamp", "")), str(meta.get("name")), blocked)
-
-
-def target_owner(me: TargetClaim, claims: Iterable[TargetClaim]) -> str | None:
-    """The older pool that owns the target ``me`` also claims, or ``None`` if ``me`` does.
-
-    Two pools scaling one Deployment would undo each other's plans every cycle. The oldest
-    pool that is not itself broken keeps the target; every younger one is flagged Invalid.
-    """
-    rivals = sorted(c for c in claims if c.name != me.name and not c.blocked and c < me)
-    return rivals[0].name if rivals else None
 
 
 def demand_series_id(
@@ -178,14 +99,6 @@ def demand_series_id(
         queries.rate_window_seconds,
     )
     return hashlib.sha256(repr(parts).encode()).hexdigest()
-
-
-class InvalidPool(Exception):
-    """The pool cannot be served as specified; the message says why."""
-
-    def __init__(self, reason: str, message: str) -> None:
-        super().__init__(message)
-        self.reason = reason
 
 
 @dataclass
@@ -477,18 +390,7 @@ class Reconciler:
         if old is None or old.status != "True" or old.message != message[:1024]:
             with contextlib.suppress(KubeError):  # the condition still says it
                 await self.kube.post_event(pool.ref, "Warning", exc.reason, message)
-        conditions = merge_conditions(
-            previous.conditions,
-            [
-                ConditionUpdate("Invalid", "True", exc.reason, message),
-                ConditionUpdate("Ready", "False", exc.reason, "the pool is invalid and not served"),
-            ],
-            now,
-            pool.generation,
-        )
-        status = previous.model_copy(
-            update={"conditions": conditions, "observed_generation": pool.generation}
-        )
+        status = invalid_status(previous, exc.reason, message, now, pool.generation)
         return status_patch(dict(pool.status), status)
 
     # ------------------------------------------------------------------ metrics
@@ -556,139 +458,3 @@ def decide(
     )
 
 
-def shortfall(observed: float, workload: Workload, capacity: CapacityModel) -> float:
-    """Demand above what the ready replicas serve, requests/s (0 when covered)."""
-    served = workload.ready_replicas * capacity.replica_requests_per_second / capacity.headroom
-    return max(0.0, observed - served)
-
-
-def forecast_error(previous: ForecastStatus | None, observed: float, now: float) -> float | None:
-    """Relative error of the previous forecast's mean for the step that contains ``now``."""
-    if previous is None or not previous.points:
-        return None
-    for point in previous.points:
-        t = parse_rfc3339(point.t)
-        if t is not None and t >= now:
-            return abs(observed - point.mean) / max(observed, 1e-9)
-    return None
-
-
-def compose_status(
-    spec: InferencePoolSpec,
-    generation: int | None,
-    previous: InferencePoolStatus,
-    decision: ScalePlan,
-    gathered: Gathered,
-    capacity: CapacityModel,
-    windows: tuple[ScheduledWindow, ...],
-    standby: StandbyStatus | None,
-    now: float,
-) -> InferencePoolStatus:
-    """The new status from the plan and what was gathered (pure)."""
-    applied = decision.changed and not spec.dry_run
-    up = applied and decision.desired_replicas > decision.current_replicas
-    down = applied and decision.desired_replicas < decision.current_replicas
-    stamp = rfc3339(now)
-    ready = gathered.workload.ready_replicas
-    updates = [ConditionUpdate("Invalid", "False", "Valid", "")]
-    if spec.forecast is None:
-        updates.append(
-            ConditionUpdate("MetricsAvailable", "Unknown", "NotConfigured", "no spec.forecast")
-        )
-        updates.append(
-            ConditionUpdate("ForecastHealthy", "Unknown", "NotConfigured", "no spec.forecast")
-        )
-    else:
-        if gathered.metrics_problem is None:
-            updates.append(ConditionUpdate("MetricsAvailable", "True", "Available", ""))
-        else:
-            updates.append(
-                ConditionUpdate(
-                    "MetricsAvailable", "False", "Unavailable", gathered.metrics_problem
-                )
-            )
-        result = gathered.forecast
-        if result is not None:
-            updates.append(
-                ConditionUpdate(
-                    "ForecastHealthy",
-                    "True" if result.healthy else "False",
-                    result.reason,
-                    result.message,
-                )
-            )
-    if decision.active_windows:
-        names = ", ".join(decision.active_windows)
-        updates.append(ConditionUpdate("ScheduleActive", "True", "WindowActive", names))
-    else:
-        updates.append(ConditionUpdate("ScheduleActive", "False", "NoWindow", ""))
-    if spec.dry_run:
-        updates.append(
-            ConditionUpdate("DryRun", "True", "DryRun", f"would set {decision.desired_replicas}")
-        )
-    else:
-        updates.append(ConditionUpdate("DryRun", "False", "Applying", ""))
-    if ready >= decision.desired_replicas:
-        updates.append(ConditionUpdate("Ready", "True", "CapacityReady", f"{ready} ready"))
-    else:
-        updates.append(
-            ConditionUpdate(
-                "Ready", "False", "Scaling", f"{ready} of {decision.desired_replicas} ready"
-            )
-        )
-
-    forecast_status = previous.forecast if spec.forecast is not None else None
-    result = gathered.forecast
-    if result is not None and result.forecast is not None and spec.forecast is not None:
-        fc = result.forecast
-        forecast_status = forecast_view(fc, model=fc.model, score=fc.score, quantile=fc.quantile)
-    if forecast_status is not None and result is not None and result.selection is not None:
-        forecast_status = forecast_status.model_copy(update={"selection": result.selection})
-    snapshot = gathered.snapshot
-    demand = None
-    if snapshot is not None:
-        rps = snapshot.requests_per_second
-        demand = DemandStatus(
-            requests_per_second=_round(rps),
-            tokens_per_second=_round(snapshot.tokens_per_second),
-            waiting=_round(snapshot.waiting),
-            shortfall_requests_per_second=(
-                _round(shortfall(rps, gathered.workload, capacity)) if rps is not None else None
-            ),
-        )
-    if spec.dry_run:
-        standby = StandbyStatus(
-            placeholders=StandbyPartStatus(desired=decision.standby_replicas, ready=0)
-            if spec.standby.placeholders.enabled
-            else None
-        )
-    return InferencePoolStatus(
-        observed_generation=generation,
-        conditions=merge_conditions(previous.conditions, updates, now, generation),
-        desired_replicas=decision.desired_replicas,
-        current_replicas=decision.current_replicas,
-        ready_replicas=ready,
-        plan=PlanStatus(
-            action=decision.action,
-            reason=decision.reason[:1024],
-            constraint=decision.constraint,
-            target_replicas=decision.target_replicas,
-            lookahead_seconds=round(decision.lookahead_seconds, 1),
-            standby_replicas=decision.standby_replicas,
-            active_windows=list(decision.active_windows),
-        ),
-        forecast=forecast_status,
-        demand=demand,
-        cold_start=gathered.cold_start,
-        next_window=next_window(windows, now),
-        standby=standby,
-        last_scale_time=stamp if applied else previous.last_scale_time,
-        last_scale_up_time=stamp if up else previous.last_scale_up_time,
-        last_scale_down_time=stamp if down else previous.last_scale_down_time,
-    )
-
-
-def _round(value: float | None) -> float | None:
-    if value is None or not math.isfinite(value):
-        return None
-    return round(value, 4)

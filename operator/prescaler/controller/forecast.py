@@ -10,7 +10,7 @@ the new history (thread pool) and forecasts *without* an expensive step
 (:meth:`ForecastService.forecast_cached`: cheap refits, a cached Prophet fit, or a cheap
 stand-in while the chosen model is not fitted yet). It waits for that refresh at most
 ``wait_seconds``. When a selection or an expensive refit is due, the series is put on the
-fit queue (:mod:`prescaler.reconcile_fits`), which runs it in the process pool, fairly and
+fit queue (:mod:`prescaler.controller.fits`), which runs it in the process pool, fairly and
 a few at a time; the reconcile does not wait for it.
 
 **Restarts.** The selection is kept in the pool's status; a restarted operator seeds the
@@ -39,10 +39,11 @@ from dataclasses import dataclass, field
 import pandas as pd
 
 from prescaler.api import ForecastSpec, SelectionStatus, forecast_service
+from prescaler.controller.fits import FitScheduler
+from prescaler.controller.model import ForecastResult
+from prescaler.controller.status import selection_from_status, selection_status
 from prescaler.metrics import Metrics
 from prescaler.planning import ScheduledWindow, event_windows
-from prescaler.reconcile_fits import FitScheduler
-from prescaler.reconcile_status import selection_from_status, selection_status
 from prescaler.sources import PrometheusSource
 from prescaler_forecast import (
     AUTO,
@@ -120,22 +121,6 @@ class _Series:
     started: bool = False
     """Whether this process queued a job for the series yet (the first one is spread)."""
     closed: bool = False
-
-
-@dataclass(frozen=True, slots=True)
-class ForecastResult:
-    """The forecast to plan with (``None`` if none is usable) and why."""
-
-    forecast: Forecast | None
-    healthy: bool
-    reason: str
-    message: str
-    stale: bool = False
-    """An expensive step or the history refresh is overdue by more than the stale limit."""
-    age_seconds: float | None = None
-    """Seconds since the history behind the forecast's fit ended."""
-    selection: SelectionStatus | None = None
-    """The series' auto-selection, for the status."""
 
 
 @dataclass

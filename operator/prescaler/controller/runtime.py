@@ -16,10 +16,11 @@ from dataclasses import dataclass
 
 import kopf
 
+from prescaler.controller import handlers
+from prescaler.controller.forecast import ForecastHub
+from prescaler.controller.reconcile import Reconciler
 from prescaler.kube import KubeClient, load_api_client
 from prescaler.metrics import Metrics
-from prescaler.reconcile import Reconciler
-from prescaler.reconcile_forecast import ForecastHub
 from prescaler.settings import OperatorSettings
 
 log = logging.getLogger("prescaler")
@@ -82,20 +83,6 @@ class Runtime:
         self.kube.close()
 
 
-def configure_kopf(kopf_settings: kopf.OperatorSettings) -> None:
-    """Keep kopf's own marks on our objects to what it needs, under our own prefix."""
-    kopf_settings.persistence.finalizer = "prescaler.io/finalizer"
-    kopf_settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(
-        prefix="prescaler.io"
-    )
-    kopf_settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
-        prefix="prescaler.io", key="last-handled-configuration"
-    )
-    kopf_settings.posting.level = logging.WARNING
-    kopf_settings.watching.server_timeout = 300
-    kopf_settings.networking.request_timeout = 60
-
-
 async def operate(
     settings: OperatorSettings,
     *,
@@ -104,13 +91,11 @@ async def operate(
     metrics: Metrics | None = None,
 ) -> None:
     """Run the operator until ``stop_flag`` is set (or forever)."""
-    from prescaler import handlers
-
     runtime = Runtime.build(settings, metrics)
     if settings.metrics.port > 0:
         runtime.metrics.serve(settings.metrics.port, settings.metrics.host)
     registry = kopf.OperatorRegistry()
-    handlers.register(registry, runtime)
+    handlers.register(registry, runtime.reconciler, settings.reconcile.interval_seconds)
     try:
         await kopf.operator(
             registry=registry,

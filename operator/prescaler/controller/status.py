@@ -1,5 +1,7 @@
-"""Pure pieces of the reconcile: cold-start learning, the compact forecast view, conditions
-and the status built from a plan. No I/O here; everything is a function of its arguments."""
+"""The pool's status, read and written in one place: parsing the previous status, learning
+the cold start, the compact forecast view, conditions, and the new status composed from a
+plan (or from an invalid pool), down to the merge patch kopf writes. No I/O here;
+everything is a function of its arguments."""
 
 from __future__ import annotations
 
@@ -15,14 +17,21 @@ from prescaler.api import (
     ColdStartStatus,
     Condition,
     ConditionType,
+    DemandStatus,
     ForecastPoint,
     ForecastStatus,
+    InferencePoolSpec,
     InferencePoolStatus,
+    PlanStatus,
     SelectionStatus,
+    StandbyPartStatus,
+    StandbyStatus,
     WindowStatus,
 )
-from prescaler.kube import PodStart
-from prescaler.planning import ForecastLike, ScheduledWindow
+from prescaler.capacity import CapacityModel
+from prescaler.controller.model import Gathered
+from prescaler.kube import PodStart, Workload
+from prescaler.planning import ForecastLike, ScalePlan, ScheduledWindow
 from prescaler_forecast import Selection
 
 STUCK_POD_SECONDS = 3600.0
@@ -218,3 +227,164 @@ def parse_status(raw: dict[str, Any] | None) -> InferencePoolStatus:
         return InferencePoolStatus.model_validate(raw or {})
     except ValueError:
         return InferencePoolStatus()
+
+
+# ---------------------------------------------------------------------- composition
+def shortfall(observed: float, workload: Workload, capacity: CapacityModel) -> float:
+    """Demand above what the ready replicas serve, requests/s (0 when covered)."""
+    served = workload.ready_replicas * capacity.replica_requests_per_second / capacity.headroom
+    return max(0.0, observed - served)
+
+
+def forecast_error(previous: ForecastStatus | None, observed: float, now: float) -> float | None:
+    """Relative error of the previous forecast's mean for the step that contains ``now``."""
+    if previous is None or not previous.points:
+        return None
+    for point in previous.points:
+        t = parse_rfc3339(point.t)
+        if t is not None and t >= now:
+            return abs(observed - point.mean) / max(observed, 1e-9)
+    return None
+
+
+def compose_status(
+    spec: InferencePoolSpec,
+    generation: int | None,
+    previous: InferencePoolStatus,
+    decision: ScalePlan,
+    gathered: Gathered,
+    capacity: CapacityModel,
+    windows: tuple[ScheduledWindow, ...],
+    standby: StandbyStatus | None,
+    now: float,
+) -> InferencePoolStatus:
+    """The new status from the plan and what was gathered (pure)."""
+    applied = decision.changed and not spec.dry_run
+    up = applied and decision.desired_replicas > decision.current_replicas
+    down = applied and decision.desired_replicas < decision.current_replicas
+    stamp = rfc3339(now)
+    ready = gathered.workload.ready_replicas
+    updates = [ConditionUpdate("Invalid", "False", "Valid", "")]
+    if spec.forecast is None:
+        updates.append(
+            ConditionUpdate("MetricsAvailable", "Unknown", "NotConfigured", "no spec.forecast")
+        )
+        updates.append(
+            ConditionUpdate("ForecastHealthy", "Unknown", "NotConfigured", "no spec.forecast")
+        )
+    else:
+        if gathered.metrics_problem is None:
+            updates.append(ConditionUpdate("MetricsAvailable", "True", "Available", ""))
+        else:
+            updates.append(
+                ConditionUpdate(
+                    "MetricsAvailable", "False", "Unavailable", gathered.metrics_problem
+                )
+            )
+        result = gathered.forecast
+        if result is not None:
+            updates.append(
+                ConditionUpdate(
+                    "ForecastHealthy",
+                    "True" if result.healthy else "False",
+                    result.reason,
+                    result.message,
+                )
+            )
+    if decision.active_windows:
+        names = ", ".join(decision.active_windows)
+        updates.append(ConditionUpdate("ScheduleActive", "True", "WindowActive", names))
+    else:
+        updates.append(ConditionUpdate("ScheduleActive", "False", "NoWindow", ""))
+    if spec.dry_run:
+        updates.append(
+            ConditionUpdate("DryRun", "True", "DryRun", f"would set {decision.desired_replicas}")
+        )
+    else:
+        updates.append(ConditionUpdate("DryRun", "False", "Applying", ""))
+    if ready >= decision.desired_replicas:
+        updates.append(ConditionUpdate("Ready", "True", "CapacityReady", f"{ready} ready"))
+    else:
+        updates.append(
+            ConditionUpdate(
+                "Ready", "False", "Scaling", f"{ready} of {decision.desired_replicas} ready"
+            )
+        )
+
+    forecast_status = previous.forecast if spec.forecast is not None else None
+    result = gathered.forecast
+    if result is not None and result.forecast is not None and spec.forecast is not None:
+        fc = result.forecast
+        forecast_status = forecast_view(fc, model=fc.model, score=fc.score, quantile=fc.quantile)
+    if forecast_status is not None and result is not None and result.selection is not None:
+        forecast_status = forecast_status.model_copy(update={"selection": result.selection})
+    snapshot = gathered.snapshot
+    demand = None
+    if snapshot is not None:
+        rps = snapshot.requests_per_second
+        demand = DemandStatus(
+            requests_per_second=_round(rps),
+            tokens_per_second=_round(snapshot.tokens_per_second),
+            waiting=_round(snapshot.waiting),
+            shortfall_requests_per_second=(
+                _round(shortfall(rps, gathered.workload, capacity)) if rps is not None else None
+            ),
+        )
+    if spec.dry_run:
+        standby = StandbyStatus(
+            placeholders=StandbyPartStatus(desired=decision.standby_replicas, ready=0)
+            if spec.standby.placeholders.enabled
+            else None
+        )
+    return InferencePoolStatus(
+        observed_generation=generation,
+        conditions=merge_conditions(previous.conditions, updates, now, generation),
+        desired_replicas=decision.desired_replicas,
+        current_replicas=decision.current_replicas,
+        ready_replicas=ready,
+        plan=PlanStatus(
+            action=decision.action,
+            reason=decision.reason[:1024],
+            constraint=decision.constraint,
+            target_replicas=decision.target_replicas,
+            lookahead_seconds=round(decision.lookahead_seconds, 1),
+            standby_replicas=decision.standby_replicas,
+            active_windows=list(decision.active_windows),
+        ),
+        forecast=forecast_status,
+        demand=demand,
+        cold_start=gathered.cold_start,
+        next_window=next_window(windows, now),
+        standby=standby,
+        last_scale_time=stamp if applied else previous.last_scale_time,
+        last_scale_up_time=stamp if up else previous.last_scale_up_time,
+        last_scale_down_time=stamp if down else previous.last_scale_down_time,
+    )
+
+
+def invalid_status(
+    previous: InferencePoolStatus,
+    reason: str,
+    message: str,
+    now: float,
+    generation: int | None,
+) -> InferencePoolStatus:
+    """The status of a pool that is not served: the previous one, marked Invalid."""
+    conditions = merge_conditions(
+        previous.conditions,
+        [
+            ConditionUpdate("Invalid", "True", reason, message),
+            ConditionUpdate("Ready", "False", reason, "the pool is invalid and not served"),
+        ],
+        now,
+        generation,
+    )
+    return previous.model_copy(
+        update={"conditions": conditions, "observed_generation": generation}
+    )
+
+
+def _round(value: float | None) -> float | None:
+    if value is None or not math.isfinite(value):
+        return None
+    return round(value, 4)

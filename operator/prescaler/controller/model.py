@@ -1,0 +1,119 @@
+"""Plain data passed between the controller's steps: the pool as the handlers see it, the
+claims on targets, what a reconcile gathered, a forecast result, and the typed failure that
+makes a pool Invalid. No I/O and no logic beyond the claim rules."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from prescaler.api import API_VERSION, KIND, ColdStartStatus, SelectionStatus
+from prescaler.kube import ObjectRef, Workload
+from prescaler.sources import Snapshot
+from prescaler_forecast import Forecast
+
+
+@dataclass(frozen=True, slots=True)
+class PoolObject:
+    """The parts of an InferencePool object the reconcile reads."""
+
+    namespace: str
+    name: str
+    uid: str
+    generation: int | None
+    spec: Mapping[str, Any]
+    status: Mapping[str, Any]
+    superseded_by: str | None = None
+    """An older pool that already scales the same target (see :func:`target_owner`)."""
+
+    @property
+    def ref(self) -> ObjectRef:
+        return ObjectRef(API_VERSION, KIND, self.name, self.namespace, self.uid)
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return (self.namespace, self.name)
+
+
+@dataclass(frozen=True, slots=True)
+class Gathered:
+    """Everything the planner and the status need, read from the cluster and Prometheus."""
+
+    workload: Workload
+    current_replicas: int
+    cold_start: ColdStartStatus
+    snapshot: Snapshot | None
+    metrics_problem: str | None
+    forecast: ForecastResult | None
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class TargetClaim:
+    """A pool's claim on its target. Claims order by age: the oldest pool owns the target."""
+
+    created: str
+    """creationTimestamp (RFC 3339 in UTC, so it sorts as text)."""
+    name: str
+    blocked: bool = False
+    """The pool is Invalid for a reason of its own: it scales nothing, so it claims nothing."""
+
+
+TARGET_CONFLICT = "TargetConflict"
+
+
+def target_claim(pool: Mapping[str, Any]) -> tuple[tuple[str, str, str], TargetClaim]:
+    """The index key (namespace, target kind, target name) and the claim of a pool body."""
+    meta, spec = pool.get("metadata") or {}, pool.get("spec") or {}
+    target = spec.get("target") or {}
+    conditions = (pool.get("status") or {}).get("conditions") or []
+    blocked = any(
+        c.get("type") == "Invalid"
+        and c.get("status") == "True"
+        and c.get("reason") != TARGET_CONFLICT
+        for c in conditions
+    )
+    key = (
+        str(meta.get("namespace")),
+        str(target.get("kind", "Deployment")),
+        str(target.get("name")),
+    )
+    return key, TargetClaim(str(meta.get("creationTimestamp", "")), str(meta.get("name")), blocked)
+
+
+def target_owner(me: TargetClaim, claims: Iterable[TargetClaim]) -> str | None:
+    """The older pool that owns the target ``me`` also claims, or ``None`` if ``me`` does.
+
+    Two pools scaling one Deployment would undo each other's plans every cycle. The oldest
+    pool that is not itself broken keeps the target; every younger one is flagged Invalid.
+    """
+    rivals = sorted(c for c in claims if c.name != me.name and not c.blocked and c < me)
+    return rivals[0].name if rivals else None
+
+
+
+
+class InvalidPool(Exception):
+    """The pool cannot be served as specified; the message says why."""
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+
+
+@dataclass(frozen=True, slots=True)
+class ForecastResult:
+    """The forecast to plan with (``None`` if none is usable) and why."""
+
+    forecast: Forecast | None
+    healthy: bool
+    reason: str
+    message: str
+    stale: bool = False
+    """An expensive step or the history refresh is overdue by more than the stale limit."""
+    age_seconds: float | None = None
+    """Seconds since the history behind the forecast's fit ended."""
+    selection: SelectionStatus | None = None
+    """The series' auto-selection, for the status."""
