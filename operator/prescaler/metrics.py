@@ -9,10 +9,13 @@ from typing import get_args
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
 from prescaler.capacity import Constraint
+from prescaler.planning import ForecastLike
 
 _POOL = ("namespace", "pool")
 CONSTRAINTS: tuple[Constraint, ...] = get_args(Constraint)
 """Every value of ``prescaler_driving_constraint``'s ``constraint`` label."""
+SCALE_DIRECTIONS = ("up", "down")
+"""Every value of ``prescaler_scale_events_total``'s ``direction`` label."""
 _SECONDS = (0.01, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 120)
 
 
@@ -135,6 +138,13 @@ class Metrics:
             "Auto-selections taken over from a pool's status instead of being redone",
             registry=r,
         )
+        self.leader = Gauge(
+            "prescaler_leader",
+            "1 while this replica holds the leader Lease and reconciles; 0 on a standby"
+            " replica (always 1 without leader election)",
+            registry=r,
+        )
+        self.leader.set(1)
         self.last_reconcile = Gauge(
             "prescaler_last_reconcile_timestamp_seconds",
             "When the pool was last reconciled (Unix seconds)",
@@ -157,6 +167,29 @@ class Metrics:
             registry=r,
         )
 
+    def declare_pool(self, namespace: str, pool: str) -> None:
+        """Create the pool's scale-event counters at 0, so that ``increase()`` counts the
+        first scale in each direction too (a series born at 1 shows no increase)."""
+        for direction in SCALE_DIRECTIONS:
+            self.scale_events.labels(namespace, pool, direction)
+
+    def set_forecast_band(
+        self, namespace: str, pool: str, forecast: ForecastLike | None, now: float
+    ) -> None:
+        """Mean and upper band of the forecast step that contains ``now`` (the first point
+        whose step ends at or after it). Without such a step (no forecast, or one that ends
+        before ``now``) the series are dropped rather than left at an old value."""
+        point = None
+        if forecast is not None:
+            point = next((p for p in forecast.points if p.t >= now), None)
+        if point is None:
+            for gauge in (self.forecast_mean, self.forecast_upper):
+                with contextlib.suppress(KeyError):
+                    gauge.remove(namespace, pool)
+            return
+        self.forecast_mean.labels(namespace, pool).set(point.mean)
+        self.forecast_upper.labels(namespace, pool).set(point.upper)
+
     def set_driving_constraint(self, namespace: str, pool: str, constraint: Constraint) -> None:
         """One-hot: 1 on ``constraint``'s series, 0 on every other constraint's."""
         for name in CONSTRAINTS:
@@ -168,6 +201,9 @@ class Metrics:
         for name in CONSTRAINTS:
             with contextlib.suppress(KeyError):
                 self.driving_constraint.remove(namespace, pool, name)
+        for direction in SCALE_DIRECTIONS:
+            with contextlib.suppress(KeyError):
+                self.scale_events.remove(namespace, pool, direction)
         for gauge in (
             self.predicted_demand,
             self.forecast_mean,

@@ -145,6 +145,7 @@ class Reconciler:
                 )
             capacity = self._capacity(spec, gathered.snapshot)
             decision = decide(spec, capacity, gathered, windows, previous, now)
+            self.metrics.declare_pool(pool.namespace, pool.name)
             standby = await self._apply(pool, spec, decision, gathered, previous)
             status = compose_status(
                 spec, pool.generation, previous, decision, gathered, capacity, windows, standby, now
@@ -409,7 +410,9 @@ class Reconciler:
         m.ready_replicas.labels(*labels).set(gathered.workload.ready_replicas)
         m.standby_replicas.labels(*labels).set(decision.standby_replicas)
         m.cold_start_seconds.labels(*labels).set(gathered.cold_start.seconds)
+        m.set_driving_constraint(*labels, decision.constraint)
         result = gathered.forecast
+        m.set_forecast_band(*labels, result.forecast if result else None, decision.now)
         if result is not None:
             m.forecast_stale.labels(*labels).set(1 if result.stale else 0)
             if result.age_seconds is not None:
