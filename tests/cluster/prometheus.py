@@ -239,6 +239,10 @@ class Prometheus:
     tie_to_parent: bool = True
     port: int = field(default_factory=procs.free_port)
     proc: procs.Proc | None = None
+    scrape_targets: tuple[str, ...] = ()
+    """``host:port`` endpoints scraped (``/metrics``, every ``scrape_interval_s``) as job
+    ``targets``; none by default (history comes from ``backfill``)."""
+    scrape_interval_s: float = 15.0
 
     @property
     def url(self) -> str:
@@ -250,7 +254,7 @@ class Prometheus:
         tsdb = self.data_dir / "tsdb"
         tsdb.mkdir(exist_ok=True)
         config = self.data_dir / "prometheus.yml"
-        config.write_text("global:\n  scrape_interval: 15s\nscrape_configs: []\n")
+        config.write_text(self._config())
         self.proc = procs.start(
             "prometheus",
             [
@@ -270,6 +274,19 @@ class Prometheus:
             lambda: _get_status(f"{self.url}/-/ready") == 200,
             timeout_s,
             [proc],
+        )
+
+    def _config(self) -> str:
+        interval = f"{self.scrape_interval_s:g}s"
+        if not self.scrape_targets:
+            return f"global:\n  scrape_interval: {interval}\nscrape_configs: []\n"
+        targets = ", ".join(f'"{t}"' for t in self.scrape_targets)
+        return (
+            f"global:\n  scrape_interval: {interval}\n"
+            "scrape_configs:\n"
+            "  - job_name: targets\n"
+            "    honor_labels: true\n"
+            f"    static_configs:\n      - targets: [{targets}]\n"
         )
 
     def stop(self) -> None:
