@@ -15,7 +15,7 @@ help:
 	@echo "make test   - quality gates (ruff, mypy --strict, import-linter) then the whole pytest suite"
 	@echo "make unit   - the fast unit tier only (seconds)"
 	@echo "make demo   - the main job"
-	@echo "make crds   - regenerate crds/ from the pydantic models"
+	@echo "make crds   - regenerate crds/ and the chart's copy from the pydantic models"
 	@echo "make cluster-bin    - build the local cluster's binaries (cached; cold build is slow)"
 	@echo "make prometheus-bin - install Debian's prometheus/promtool if missing"
 	@echo "make cluster-up     - start a local cluster (kubeconfig: out/cluster/kubeconfig)"
@@ -52,6 +52,7 @@ demo: venv
 
 crds: venv
 	$(BIN)/python -m prescaler.api.crd --write crds/
+	$(BIN)/python -m prescaler.api.crd --write charts/prescaler/crds/
 
 # Local test cluster (tests/cluster, hack/cluster): real control plane + kwok fake GPU nodes.
 CLUSTER_PY := PYTHONPATH=tests $(BIN)/python -m cluster
