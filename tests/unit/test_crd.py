@@ -11,6 +11,7 @@ from prescaler.api import crd as crd_module
 
 ROOT = Path(__file__).resolve().parents[2]
 COMMITTED = ROOT / "crds" / crd_module.CRD_FILE
+CHART_CRDS = ROOT / "charts" / "prescaler" / "crds"
 
 
 def _schema() -> dict[str, Any]:
@@ -33,6 +34,18 @@ def _walk(node: dict[str, Any], path: str = "") -> list[tuple[str, dict[str, Any
 def test_committed_crd_matches_the_models() -> None:
     assert COMMITTED.is_file(), "crds/ has no CRD: run `make crds`"
     assert COMMITTED.read_text() == crd_module.render(), "crds/ drifted: run `make crds`"
+
+
+def test_chart_crds_are_the_generated_ones() -> None:
+    """The chart ships exactly crds/, byte for byte (make crds writes both)."""
+    chart_copy = CHART_CRDS / crd_module.CRD_FILE
+    assert chart_copy.is_file(), "charts/prescaler/crds/ has no CRD: run `make crds`"
+    assert chart_copy.read_bytes() == COMMITTED.read_bytes(), (
+        "charts/prescaler/crds/ drifted from crds/: run `make crds`"
+    )
+    assert chart_copy.read_text() == crd_module.render(), "the chart's CRD drifted: `make crds`"
+    names = sorted(p.name for p in COMMITTED.parent.iterdir())
+    assert sorted(p.name for p in CHART_CRDS.iterdir()) == names
 
 
 def test_check_mode_reports_drift(tmp_path: Path) -> None:
