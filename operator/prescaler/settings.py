@@ -21,13 +21,28 @@ class WatchSettings:
 
 
 @dataclass(frozen=True, slots=True)
-class PeeringSettings:
-    """High availability: several replicas of the operator, one active."""
+class LeaderSettings:
+    """High availability: several replicas of the operator, exactly one acting.
 
-    name: str | None = None
-    """kopf peering object name; ``None`` runs standalone (no peering, the default)."""
-    priority: int = 0
-    """Among peers the highest priority serves; the others stand by."""
+    The replicas elect a leader on a ``coordination.k8s.io/v1`` Lease. Every replica
+    watches the pools; only the leader reconciles (reads metrics, scales, writes status).
+    If the leader dies, another takes the Lease once it has gone unrenewed for
+    ``lease_duration_seconds``; a leader that stops cleanly releases it at once."""
+
+    enabled: bool = False
+    """Elect a leader (the Helm chart turns this on); off, the process acts alone."""
+    lease_name: str = "prescaler"
+    """Name of the Lease."""
+    namespace: str | None = None
+    """Namespace of the Lease (default: the pod's own namespace, else ``default``)."""
+    identity: str | None = None
+    """This replica's name in the Lease (default: host name plus a random suffix)."""
+    lease_duration_seconds: float = 15.0
+    """A Lease unrenewed this long may be taken by another replica."""
+    renew_deadline_seconds: float = 10.0
+    """The leader stops acting when it could not renew for this long (< lease duration)."""
+    retry_period_seconds: float = 2.0
+    """How often candidates try to acquire, and the leader renews."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,7 +92,7 @@ class OperatorSettings:
     """All settings of ``prescaler run``."""
 
     watch: WatchSettings = field(default_factory=WatchSettings)
-    peering: PeeringSettings = field(default_factory=PeeringSettings)
+    leader: LeaderSettings = field(default_factory=LeaderSettings)
     metrics: MetricsSettings = field(default_factory=MetricsSettings)
     reconcile: ReconcileSettings = field(default_factory=ReconcileSettings)
     liveness_endpoint: str | None = None
@@ -94,6 +109,15 @@ class OperatorSettings:
             raise ValueError("fit queue limit must be >= 1")
         if not 0 <= self.reconcile.fit_worker_nice <= 19:
             raise ValueError("fit worker nice must be in 0..19")
+        leader = self.leader
+        if leader.enabled and not leader.lease_name:
+            raise ValueError("leader lease name must not be empty")
+        if leader.retry_period_seconds <= 0:
+            raise ValueError("leader retry period must be > 0 seconds")
+        if leader.renew_deadline_seconds <= 1.2 * leader.retry_period_seconds:
+            raise ValueError("leader renew deadline must exceed 1.2 x the retry period")
+        if leader.lease_duration_seconds <= leader.renew_deadline_seconds:
+            raise ValueError("leader lease duration must exceed the renew deadline")
         if not 0 <= self.metrics.port <= 65535:
             raise ValueError("metrics port must be in 0..65535")
 
@@ -104,6 +128,13 @@ class OperatorSettings:
 
 def _convert(kind: Any, text: str) -> Any:
     name = kind if isinstance(kind, str) else getattr(kind, "__name__", str(kind))
+    if name == "bool":
+        lowered = text.strip().lower()
+        if lowered in ("1", "true", "yes", "on"):
+            return True
+        if lowered in ("0", "false", "no", "off", ""):
+            return False
+        raise ValueError(text)
     if "tuple" in name:
         return tuple(part.strip() for part in text.split(",") if part.strip())
     if name.startswith("int"):

@@ -29,9 +29,16 @@ def register(subparsers: Any) -> None:
         help="namespace to watch (repeatable; glob patterns allowed); default: all",
     )
     parser.add_argument(
-        "--peering", metavar="NAME", help="kopf peering name for HA (default: standalone)"
+        "--leader-election",
+        action="store_true",
+        default=None,
+        help="run as one of several replicas: only the holder of a Lease reconciles",
     )
-    parser.add_argument("--priority", type=int, help="peering priority (highest serves)")
+    parser.add_argument("--leader-lease", metavar="NAME", help="name of the leader Lease")
+    parser.add_argument(
+        "--leader-namespace", metavar="NS", help="namespace of the Lease (default: the pod's)"
+    )
+    parser.add_argument("--leader-identity", metavar="ID", help="this replica's name in the Lease")
     parser.add_argument("--metrics-port", type=int, help="port of /metrics (0 disables)")
     parser.add_argument(
         "--interval", type=positive_float, help="reconcile period per pool, seconds"
@@ -54,16 +61,17 @@ def settings_from_args(args: argparse.Namespace) -> Any:
             settings = replace(
                 settings, watch=replace(settings.watch, namespaces=tuple(args.namespaces))
             )
-        if args.peering is not None or args.priority is not None:
-            peering = settings.peering
-            settings = replace(
-                settings,
-                peering=replace(
-                    peering,
-                    name=args.peering if args.peering is not None else peering.name,
-                    priority=args.priority if args.priority is not None else peering.priority,
-                ),
-            )
+        leader = settings.leader
+        for flag, name in (
+            ("leader_election", "enabled"),
+            ("leader_lease", "lease_name"),
+            ("leader_namespace", "namespace"),
+            ("leader_identity", "identity"),
+        ):
+            value = getattr(args, flag)
+            if value is not None:
+                leader = replace(leader, **{name: value})
+        settings = replace(settings, leader=leader)
         if args.metrics_port is not None:
             settings = replace(settings, metrics=replace(settings.metrics, port=args.metrics_port))
         reconcile = settings.reconcile

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import random
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import kopf
@@ -44,9 +45,15 @@ def configure_kopf(kopf_settings: kopf.OperatorSettings) -> None:
     kopf_settings.networking.request_timeout = 60
 
 
-def register(registry: kopf.OperatorRegistry, reconciler: Reconciler, interval: float) -> None:
+def register(
+    registry: kopf.OperatorRegistry,
+    reconciler: Reconciler,
+    interval: float,
+    is_leader: Callable[[], bool] | None = None,
+) -> None:
     """Register the handlers of one operator run on ``registry``: ``reconciler`` serves
-    every pool once per ``interval`` seconds."""
+    every pool once per ``interval`` seconds, while ``is_leader()`` (if given) says this
+    replica holds the leader Lease; otherwise the replica only watches."""
 
     @kopf.on.login(registry=registry)
     def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
@@ -77,6 +84,8 @@ def register(registry: kopf.OperatorRegistry, reconciler: Reconciler, interval: 
         initial_delay=lambda **_: random.uniform(0, interval),
     )
     async def reconcile(patch: kopf.Patch, body: kopf.Body, **kwargs: Any) -> None:
+        if is_leader is not None and not is_leader():
+            return  # a standby replica: no reads, no writes
         claims: kopf.Index[Any, TargetClaim] = kwargs["pools_by_target"]
         key, me = target_claim(body)
         owner = target_owner(me, claims.get(key, []))

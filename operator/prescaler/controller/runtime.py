@@ -7,23 +7,29 @@ thread, with a ``stop_flag``.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import multiprocessing
 import os
+import socket
 import threading
+import uuid
 from concurrent.futures import Executor, ProcessPoolExecutor, ThreadPoolExecutor
 from dataclasses import dataclass
+from pathlib import Path
 
 import kopf
 
 from prescaler.controller import handlers
 from prescaler.controller.forecast import ForecastHub
 from prescaler.controller.reconcile import Reconciler
-from prescaler.kube import KubeClient, load_api_client
+from prescaler.kube import KubeClient, LeaseElector, LeaseTimings, load_api_client
 from prescaler.metrics import Metrics
 from prescaler.settings import OperatorSettings
 
 log = logging.getLogger("prescaler")
+
+SERVICE_ACCOUNT_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
 
 
 @dataclass
@@ -90,26 +96,77 @@ async def operate(
     ready_flag: asyncio.Event | threading.Event | None = None,
     metrics: Metrics | None = None,
 ) -> None:
-    """Run the operator until ``stop_flag`` is set (or forever)."""
+    """Run the operator until ``stop_flag`` is set (or forever).
+
+    With leader election on, every replica watches the pools and serves its probes and
+    metrics, but only the Lease holder reconciles (:class:`prescaler.kube.LeaseElector`).
+    """
     runtime = Runtime.build(settings, metrics)
     if settings.metrics.port > 0:
         runtime.metrics.serve(settings.metrics.port, settings.metrics.host)
+    elector = leader_elector(settings, runtime)
+    election_stop = asyncio.Event()
+    election: asyncio.Task[None] | None = None
+    if elector is not None:
+        election = asyncio.create_task(elector.run(election_stop), name="leader election")
     registry = kopf.OperatorRegistry()
-    handlers.register(registry, runtime.reconciler, settings.reconcile.interval_seconds)
+    handlers.register(
+        registry,
+        runtime.reconciler,
+        settings.reconcile.interval_seconds,
+        is_leader=elector.is_leader if elector is not None else None,
+    )
     try:
         await kopf.operator(
             registry=registry,
             clusterwide=settings.clusterwide,
             namespaces=list(settings.watch.namespaces),
-            standalone=settings.peering.name is None,
-            peering_name=settings.peering.name,
-            priority=settings.peering.priority,
+            standalone=True,  # no kopf peering: the Lease decides who acts
             liveness_endpoint=settings.liveness_endpoint,
             stop_flag=stop_flag,
             ready_flag=ready_flag,
         )
     finally:
+        if election is not None:
+            election_stop.set()  # ends the loop, which releases the Lease
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(election, timeout=10)
         runtime.close()
+
+
+def leader_elector(settings: OperatorSettings, runtime: Runtime) -> LeaseElector | None:
+    """The Lease elector of this replica, or ``None`` when leader election is off."""
+    leader = settings.leader
+    if not leader.enabled:
+        return None
+    namespace = leader.namespace or _own_namespace() or "default"
+    identity = leader.identity or f"{socket.gethostname()}-{uuid.uuid4().hex[:6]}"
+    gauge = runtime.metrics.leader
+    gauge.set(0)  # a standby until the Lease is ours
+
+    def changed(leading: bool) -> None:
+        gauge.set(1 if leading else 0)
+
+    return LeaseElector.for_client(
+        runtime.kube.api_client,
+        namespace,
+        leader.lease_name,
+        identity,
+        timings=LeaseTimings(
+            leader.lease_duration_seconds,
+            leader.renew_deadline_seconds,
+            leader.retry_period_seconds,
+        ),
+        on_change=changed,
+    )
+
+
+def _own_namespace() -> str | None:
+    """The pod's namespace, from its service account mount (``None`` outside a cluster)."""
+    try:
+        return SERVICE_ACCOUNT_NAMESPACE.read_text().strip() or None
+    except OSError:
+        return None
 
 
 def run_operator(settings: OperatorSettings, **kwargs: object) -> None:

@@ -15,6 +15,7 @@ from prescaler.kube._client import (
     pod_start,
     rfc3339,
 )
+from prescaler.kube._lease import LeaseElector, LeaseTimings
 from prescaler.kube._manifests import (
     HASH_ANNOTATION,
     POOL_LABEL,
@@ -50,6 +51,8 @@ __all__ = [
     "KubeApi",
     "KubeClient",
     "KubeError",
+    "LeaseElector",
+    "LeaseTimings",
     "NotFound",
     "ObjectRef",
     "PodStart",

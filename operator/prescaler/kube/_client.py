@@ -113,6 +113,10 @@ class KubeClient:
         self.autoscaling = client.AutoscalingV2Api(api_client)
         self.scheduling = client.SchedulingV1Api(api_client)
 
+    @property
+    def api_client(self) -> client.ApiClient:
+        return self._api
+
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
         self._api.close()  # type: ignore[no-untyped-call]
