@@ -196,15 +196,11 @@ class Metrics:
             value = 1 if name == constraint else 0
             self.driving_constraint.labels(namespace, pool, name).set(value)
 
-    def forget(self, namespace: str, pool: str) -> None:
-        """Drop a deleted pool's series."""
-        for name in CONSTRAINTS:
-            with contextlib.suppress(KeyError):
-                self.driving_constraint.remove(namespace, pool, name)
-        for direction in SCALE_DIRECTIONS:
-            with contextlib.suppress(KeyError):
-                self.scale_events.remove(namespace, pool, direction)
-        for gauge in (
+    def _per_pool(self) -> tuple[Gauge | Counter, ...]:
+        """Every metric labelled by pool."""
+        return (
+            self.driving_constraint,
+            self.scale_events,
             self.predicted_demand,
             self.forecast_mean,
             self.forecast_upper,
@@ -219,9 +215,26 @@ class Metrics:
             self.forecast_stale,
             self.forecast_age,
             self.last_reconcile,
-        ):
+        )
+
+    def forget(self, namespace: str, pool: str) -> None:
+        """Drop a deleted pool's series."""
+        for name in CONSTRAINTS:
             with contextlib.suppress(KeyError):
-                gauge.remove(namespace, pool)
+                self.driving_constraint.remove(namespace, pool, name)
+        for direction in SCALE_DIRECTIONS:
+            with contextlib.suppress(KeyError):
+                self.scale_events.remove(namespace, pool, direction)
+        for metric in self._per_pool():
+            if metric not in (self.driving_constraint, self.scale_events):
+                with contextlib.suppress(KeyError):
+                    metric.remove(namespace, pool)
+
+    def forget_pools(self) -> None:
+        """Drop every pool's series: a replica that lost the lead reports none, so only
+        the acting replica's numbers reach a dashboard."""
+        for metric in self._per_pool():
+            metric.clear()
 
     def serve(self, port: int, host: str = "0.0.0.0") -> None:
         """Start ``/metrics`` in a background thread."""

@@ -103,6 +103,18 @@ def test_forget_drops_every_series_of_the_pool_and_only_its_own() -> None:
     assert pools == {"kept"}
 
 
+def test_a_replica_that_loses_the_lead_reports_no_pool_series() -> None:
+    m = Metrics()
+    for pool in ("a", "b"):
+        m.declare_pool("ns", pool)
+        m.set_driving_constraint("ns", pool, "memory")
+        m.desired_replicas.labels("ns", pool).set(3)
+    m.forget_pools()
+    pooled = [s for f in m.registry.collect() for s in f.samples if "pool" in s.labels]
+    assert pooled == []
+    assert _value(m, "prescaler_leader") == 1  # the process-wide series stay
+
+
 # ------------------------------------------------------------------ set by a reconcile
 @dataclass
 class FakeKube:

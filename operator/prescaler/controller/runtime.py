@@ -141,11 +141,13 @@ def leader_elector(settings: OperatorSettings, runtime: Runtime) -> LeaseElector
         return None
     namespace = leader.namespace or _own_namespace() or "default"
     identity = leader.identity or f"{socket.gethostname()}-{uuid.uuid4().hex[:6]}"
-    gauge = runtime.metrics.leader
-    gauge.set(0)  # a standby until the Lease is ours
+    metrics = runtime.metrics
+    metrics.leader.set(0)  # a standby until the Lease is ours
 
     def changed(leading: bool) -> None:
-        gauge.set(1 if leading else 0)
+        metrics.leader.set(1 if leading else 0)
+        if not leading:
+            metrics.forget_pools()
 
     return LeaseElector.for_client(
         runtime.kube.api_client,
