@@ -1,0 +1,379 @@
+"""The chart renders valid, hardened Kubernetes objects, and its schema rejects bad values.
+
+Real helm (``make cluster-bin`` builds it), real Kubernetes OpenAPI schemas
+(kubernetes-validate, strict: unknown fields fail). No cluster needed.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import textwrap
+import tomllib
+from typing import Any
+
+import kubernetes_validate
+import pytest
+import yaml
+from chart_tools import (
+    CHART,
+    KUBE_VERSION,
+    Helm,
+    HelmError,
+    by_kind,
+    env_of,
+    one,
+    operator_container,
+)
+
+from cluster.paths import PROJECT_ROOT
+from prescaler.api import InferencePoolSpec
+from prescaler.settings import from_env
+
+NAMESPACED: dict[str, Any] = {"watch": {"namespaces": ["team-a", "team-b"]}}
+
+ALL_OPTIONAL: dict[str, Any] = {
+    "serviceMonitor": {"enabled": True, "labels": {"release": "kube-prometheus-stack"}},
+    "placeholderPriorityClass": {"create": True},
+    "networkPolicy": {
+        "enabled": True,
+        "ingress": {
+            "from": [
+                {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "mon"}}}
+            ]
+        },
+        "egress": {
+            "apiServer": {"cidrs": ["10.0.0.1/32"]},
+            "prometheus": {
+                "to": [{"namespaceSelector": {"matchLabels": {"name": "monitoring"}}}],
+            },
+            "extra": [{"to": [{"ipBlock": {"cidr": "192.0.2.0/24"}}], "ports": [{"port": 443}]}],
+        },
+    },
+    "grafanaDashboard": {"namespace": "monitoring", "annotations": {"grafana_folder": "LLM"}},
+    "operator": {"logLevel": "debug", "extraEnv": [{"name": "EXTRA", "value": "1"}]},
+    "podAnnotations": {"example.com/a": "b"},
+    "priorityClassName": "system-cluster-critical",
+    "imagePullSecrets": [{"name": "registry"}],
+}
+
+MINIMAL: dict[str, Any] = {
+    "replicaCount": 1,
+    "rbac": {"create": False},
+    "serviceAccount": {"create": False, "name": "my-operator"},
+    "placeholderPriorityClass": {"create": False},
+    "grafanaDashboard": {"enabled": False},
+    "podAntiAffinity": "none",
+    "topologySpreadConstraints": [],
+    "tmpSizeLimit": "",
+}
+
+VARIANTS = {
+    "default": None,
+    "namespaced": NAMESPACED,
+    "all-optional": ALL_OPTIONAL,
+    "namespaced-all-optional": {**ALL_OPTIONAL, **NAMESPACED},
+    "minimal": MINIMAL,
+}
+
+# kubernetes-validate ships the Kubernetes API's own schemas only. The ServiceMonitor is a
+# prometheus-operator CRD type, so it is the one kind checked by hand below instead.
+NOT_IN_KUBERNETES_SCHEMAS = {"ServiceMonitor"}
+
+
+def _validate_strict(docs: list[dict[str, Any]]) -> set[str]:
+    """Validate every object in strict mode; returns the kinds that had no schema."""
+    unvalidated: set[str] = set()
+    for doc in docs:
+        try:
+            kubernetes_validate.validate(doc, KUBE_VERSION, strict=True)
+        except kubernetes_validate.SchemaNotFoundError:
+            unvalidated.add(doc["kind"])
+        except kubernetes_validate.ValidationError as exc:
+            pytest.fail(f"{doc['kind']}/{doc['metadata']['name']}: {exc.message} at {exc.path}")
+    return unvalidated
+
+
+def test_lint_is_clean(helm: Helm) -> None:
+    for values in (None, ALL_OPTIONAL, NAMESPACED):
+        args = ["lint", "--strict", str(CHART), "--kube-version", KUBE_VERSION]
+        if values is not None:
+            args += ["--values", str(helm.values_file(values))]
+        out = helm.run(*args)
+        assert "0 chart(s) failed" in out
+        assert "[ERROR]" not in out, out
+        assert "[WARNING]" not in out, out
+
+
+@pytest.mark.parametrize("variant", list(VARIANTS))
+def test_template_validates_in_strict_mode(helm: Helm, variant: str) -> None:
+    docs = helm.template(VARIANTS[variant], include_crds=True)
+    assert _validate_strict(docs) <= NOT_IN_KUBERNETES_SCHEMAS
+    kinds = {d["kind"] for d in docs}
+    assert {"CustomResourceDefinition", "Deployment", "Service"} <= kinds
+    for doc in docs:
+        if doc["kind"] != "CustomResourceDefinition":
+            assert doc["metadata"]["labels"]["app.kubernetes.io/instance"] == "prescaler"
+
+
+def test_validation_catches_an_unknown_field() -> None:
+    """The strict validator this file relies on does reject what it should."""
+    bad = {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": "x"},
+        "spec": {"ports": [{"port": 80, "targetPort": "metrics", "protocl": "TCP"}]},
+    }
+    with pytest.raises(kubernetes_validate.ValidationError):
+        kubernetes_validate.validate(bad, KUBE_VERSION, strict=True)
+
+
+def test_service_monitor_scrapes_the_metrics_service(helm: Helm) -> None:
+    docs = helm.template(ALL_OPTIONAL)
+    monitor = one(docs, "ServiceMonitor")
+    service = one(docs, "Service")
+    assert monitor["apiVersion"] == "monitoring.coreos.com/v1"
+    assert monitor["metadata"]["labels"]["release"] == "kube-prometheus-stack"
+    spec = monitor["spec"]
+    assert set(spec) == {"namespaceSelector", "selector", "endpoints"}
+    assert spec["namespaceSelector"] == {"matchNames": [service["metadata"]["namespace"]]}
+    selector = spec["selector"]["matchLabels"]
+    assert selector.items() <= service["metadata"]["labels"].items()
+    (endpoint,) = spec["endpoints"]
+    assert set(endpoint) == {"port", "path", "interval", "scrapeTimeout"}
+    assert endpoint["port"] in {p["name"] for p in service["spec"]["ports"]}
+    assert endpoint["path"] == "/metrics"
+    for key in ("interval", "scrapeTimeout"):
+        assert re.fullmatch(r"([0-9]+(ms|s|m|h))+", endpoint[key])
+
+
+def test_operator_pod_is_hardened(helm: Helm) -> None:
+    docs = helm.template()
+    pod = one(docs, "Deployment")["spec"]["template"]["spec"]
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert pod["securityContext"]["runAsUser"] == 10001
+    assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    assert pod["automountServiceAccountToken"] is True
+    assert pod["serviceAccountName"] == "prescaler"
+    container = operator_container(docs)
+    sc = container["securityContext"]
+    assert sc["readOnlyRootFilesystem"] is True
+    assert sc["allowPrivilegeEscalation"] is False
+    assert sc["capabilities"] == {"drop": ["ALL"]}
+    assert sc["runAsNonRoot"] is True
+    assert sc["seccompProfile"] == {"type": "RuntimeDefault"}
+    assert container["resources"]["requests"]
+    assert container["resources"]["limits"]
+    (tmp,) = pod["volumes"]
+    assert "emptyDir" in tmp
+    assert container["volumeMounts"] == [{"name": tmp["name"], "mountPath": "/tmp"}]
+    env = env_of(container)
+    for var in ("HOME", "TMPDIR"):
+        assert env[var] == "/tmp"
+    assert env["MPLCONFIGDIR"].startswith("/tmp/")
+
+
+def test_probes_and_ports(helm: Helm) -> None:
+    container = operator_container(helm.template())
+    ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+    assert ports == {"metrics": 8080, "health": 8081}
+    for probe in ("startupProbe", "livenessProbe", "readinessProbe"):
+        assert container[probe]["httpGet"] == {"path": "/healthz", "port": "health"}
+    env = env_of(container)
+    assert env["PRESCALER_LIVENESS_ENDPOINT"] == "http://0.0.0.0:8081/healthz"
+    assert env["PRESCALER_METRICS_PORT"] == "8080"
+    assert container["command"] == ["prescaler"]
+    assert container["args"] == ["run"]
+
+
+def test_env_reaches_the_operator_settings(helm: Helm) -> None:
+    """The chart's env is read by the operator's own settings parser, as the pod would."""
+    values = {
+        **NAMESPACED,
+        "metrics": {"port": 9100},
+        "health": {"port": 9101},
+        "operator": {"reconcileIntervalSeconds": 15, "forecastWorkers": 3, "kubeThreads": 8},
+    }
+    container = operator_container(helm.template(values))
+    literal = {k: v for k, v in env_of(container).items() if isinstance(v, str)}
+    settings = from_env(literal)
+    assert settings.watch.namespaces == ("team-a", "team-b")
+    assert settings.metrics.port == 9100
+    assert settings.liveness_endpoint == "http://0.0.0.0:9101/healthz"
+    assert settings.reconcile.interval_seconds == 15
+    assert settings.reconcile.forecast_workers == 3
+    assert settings.reconcile.kube_threads == 8
+    ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+    assert ports == {"metrics": 9100, "health": 9101}
+    cluster_wide = from_env(
+        {k: v for k, v in env_of(operator_container(helm.template())).items() if isinstance(v, str)}
+    )
+    assert cluster_wide.clusterwide
+
+
+def test_leader_election_env(helm: Helm) -> None:
+    env = env_of(operator_container(helm.template()))
+    assert env["PRESCALER_LEADER_ENABLED"] == "true"
+    assert env["PRESCALER_LEADER_LEASE_NAME"] == "prescaler"
+    assert env["PRESCALER_LEADER_NAMESPACE"] == {"fieldRef": {"fieldPath": "metadata.namespace"}}
+    assert env["PRESCALER_LEADER_IDENTITY"] == {"fieldRef": {"fieldPath": "metadata.name"}}
+    named = env_of(operator_container(helm.template({"leaderElection": {"leaseName": "ops"}})))
+    assert named["PRESCALER_LEADER_LEASE_NAME"] == "ops"
+    single = {"replicaCount": 1, "leaderElection": {"enabled": False}}
+    assert env_of(operator_container(helm.template(single)))["PRESCALER_LEADER_ENABLED"] == "false"
+
+
+def test_two_replicas_without_leader_election_fail(helm: Helm) -> None:
+    with pytest.raises(HelmError, match=r"leaderElection\.enabled"):
+        helm.template({"leaderElection": {"enabled": False}})
+
+
+def test_high_availability_objects(helm: Helm) -> None:
+    docs = helm.template()
+    deployment = one(docs, "Deployment")
+    assert deployment["spec"]["replicas"] == 2
+    selector = deployment["spec"]["selector"]["matchLabels"]
+    pdb = one(docs, "PodDisruptionBudget")
+    assert pdb["spec"] == {"maxUnavailable": 1, "selector": {"matchLabels": selector}}
+    pod = deployment["spec"]["template"]["spec"]
+    anti = pod["affinity"]["podAntiAffinity"]
+    (term,) = anti["preferredDuringSchedulingIgnoredDuringExecution"]
+    assert term["podAffinityTerm"]["labelSelector"]["matchLabels"] == selector
+    assert "requiredDuringSchedulingIgnoredDuringExecution" not in anti
+    (spread,) = pod["topologySpreadConstraints"]
+    assert spread["whenUnsatisfiable"] == "ScheduleAnyway"
+    assert spread["labelSelector"]["matchLabels"] == selector
+    assert deployment["spec"]["strategy"]["rollingUpdate"]["maxUnavailable"] == 0
+    single = helm.template(MINIMAL)
+    assert not by_kind(single, "PodDisruptionBudget")
+    assert "affinity" not in one(single, "Deployment")["spec"]["template"]["spec"]
+
+
+def test_placeholder_priority_class_matches_the_operator(helm: Helm) -> None:
+    """Same object as the operator's own (kube.placeholder_priority_class): a real pod
+    (priority 0) preempts a placeholder, and a placeholder never preempts anything."""
+    from prescaler.api import PlaceholderSpec
+    from prescaler.kube import placeholder_priority_class
+
+    default_name = PlaceholderSpec().priority_class_name
+    pc = one(helm.template(), "PriorityClass")
+    operator_pc = placeholder_priority_class(default_name)
+    assert pc["metadata"]["name"] == default_name
+    for key in ("value", "preemptionPolicy", "globalDefault"):
+        assert pc[key] == operator_pc[key], key
+    assert pc["value"] < 0
+    assert pc["preemptionPolicy"] == "Never"
+    with pytest.raises(HelmError, match="/placeholderPriorityClass/value"):
+        helm.template({"placeholderPriorityClass": {"value": 0}})
+
+
+def test_network_policy_ports(helm: Helm) -> None:
+    policy = one(helm.template(ALL_OPTIONAL), "NetworkPolicy")["spec"]
+    assert policy["policyTypes"] == ["Ingress", "Egress"]
+    (ingress,) = policy["ingress"]
+    assert {p["port"] for p in ingress["ports"]} == {"metrics", "health"}
+    assert ingress["from"] == ALL_OPTIONAL["networkPolicy"]["ingress"]["from"]
+    egress_ports = [{p["port"] for p in rule["ports"]} for rule in policy["egress"]]
+    assert egress_ports == [{443, 6443}, {9090}, {53}, {443}]
+    assert policy["egress"][0]["to"] == [{"ipBlock": {"cidr": "10.0.0.1/32"}}]
+
+
+def test_dashboard_configmap(helm: Helm) -> None:
+    docs = helm.template(ALL_OPTIONAL)
+    cm = one(docs, "ConfigMap")
+    assert cm["metadata"]["namespace"] == "monitoring"
+    assert cm["metadata"]["labels"]["grafana_dashboard"] == "1"
+    assert cm["metadata"]["annotations"] == {"grafana_folder": "LLM"}
+    shipped = json.loads((CHART / "dashboards" / "prescaler.json").read_text())
+    assert json.loads(cm["data"]["prescaler.json"]) == shipped
+    assert not by_kind(helm.template(MINIMAL), "ConfigMap")
+
+
+def test_minimal_variant_creates_no_cluster_objects_it_was_told_not_to(helm: Helm) -> None:
+    docs = helm.template(MINIMAL)
+    kinds = {d["kind"] for d in docs}
+    assert not kinds & {"ServiceAccount", "PriorityClass", "ClusterRole", "Role"}
+    pod = one(docs, "Deployment")["spec"]["template"]["spec"]
+    assert pod["serviceAccountName"] == "my-operator"
+    assert pod["volumes"][0]["emptyDir"] == {}
+
+
+@pytest.mark.parametrize(
+    ("values", "field"),
+    [
+        ({"replicaCount": "two"}, "/replicaCount"),
+        ({"replicaCont": 2}, "replicaCont"),
+        ({"watch": {"namespaces": "x"}}, "/watch/namespaces"),
+        ({"watch": {"namespaces": ["team-*"]}}, "/watch/namespaces/0"),
+        ({"watch": {"namespace": ["a"]}}, "namespace"),
+        ({"operator": {"logLevel": "loud"}}, "/operator/logLevel"),
+        ({"operator": {"forecastWorkers": -1}}, "/operator/forecastWorkers"),
+        ({"image": {"repository": "x", "pullPolicy": "Sometimes"}}, "/image/pullPolicy"),
+        ({"leaderElection": {"enabled": "yes"}}, "/leaderElection/enabled"),
+        ({"serviceMonitor": {"enabled": True, "interval": "30"}}, "/serviceMonitor/interval"),
+        ({"networkPolicy": {"egress": {"prometheus": {"port": 9090}}}}, "port"),
+        ({"placeholderPriorityClass": {"value": 5}}, "/placeholderPriorityClass/value"),
+        ({"grafanaDashboard": {"label": {"a": "b"}}}, "label"),
+        ({"metrics": {"port": 70000}}, "/metrics/port"),
+    ],
+)
+def test_schema_rejects_wrong_values(helm: Helm, values: dict[str, Any], field: str) -> None:
+    with pytest.raises(HelmError) as caught:
+        helm.template(values)
+    message = caught.value.stderr
+    assert "schema" in message
+    assert field in message, message
+
+
+def test_every_value_is_documented() -> None:
+    """Every value in values.yaml has a comment above it or above an enclosing key."""
+    lines = (CHART / "values.yaml").read_text().splitlines()
+    stack: list[tuple[int, bool]] = []  # (indent, documented) of the enclosing keys
+    for index, line in enumerate(lines):
+        match = re.match(r"^(\s*)([A-Za-z][\w]*):(.*)$", line)
+        if not match:
+            continue
+        indent = len(match.group(1))
+        while stack and stack[-1][0] >= indent:
+            stack.pop()
+        commented = index > 0 and lines[index - 1].strip().startswith("#")
+        documented = commented or any(doc for _, doc in stack)
+        if match.group(3).strip():  # a leaf: scalar, flow list or flow map
+            assert documented, f"values.yaml:{index + 1} `{line.strip()}` has no comment"
+        stack.append((indent, documented))
+
+
+def test_schema_covers_every_value() -> None:
+    """Each key of values.yaml is declared in the schema (which forbids unknown keys)."""
+    schema = json.loads((CHART / "values.schema.json").read_text())
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+
+    def walk(node: dict[str, Any], sub: dict[str, Any], path: str) -> None:
+        for key, value in node.items():
+            declared = sub.get("properties", {})
+            assert key in declared, f"{path}{key} is not in values.schema.json"
+            if isinstance(value, dict) and declared[key].get("additionalProperties") is False:
+                walk(value, declared[key], f"{path}{key}.")
+
+    walk(values, schema, "")
+
+
+def test_app_version_is_the_package_version() -> None:
+    chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
+    project = tomllib.loads((PROJECT_ROOT / "pyproject.toml").read_text())["project"]
+    assert chart["apiVersion"] == "v2"
+    assert chart["name"] == "prescaler"
+    assert chart["appVersion"] == project["version"]
+
+
+def test_notes_example_pool_is_valid() -> None:
+    """The first pool NOTES.txt tells users to apply passes the spec model. (The install
+    test reads the rendered NOTES from the real `helm install`.)"""
+    notes = (CHART / "templates" / "NOTES.txt").read_text()
+    block = notes.split("<<'POOL' | kubectl apply -f -\n", 1)[1].split("     POOL\n", 1)[0]
+    assert "{{" not in block
+    pool = yaml.safe_load(textwrap.dedent(block))
+    assert (pool["apiVersion"], pool["kind"]) == ("prescaler.io/v1alpha1", "InferencePool")
+    InferencePoolSpec.model_validate(pool["spec"])
+    for hint in ("kubectl get ppool", "describe ppool", "dashboard", "Lease"):
+        assert hint in notes
