@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import kopf
@@ -31,8 +31,9 @@ def _pool(kwargs: dict[str, Any], superseded_by: str | None = None) -> PoolObjec
     )
 
 
-def configure_kopf(kopf_settings: kopf.OperatorSettings) -> None:
-    """Keep kopf's own marks on our objects to what it needs, under our own prefix."""
+def configure_kopf(kopf_settings: kopf.OperatorSettings, namespaces: Sequence[str] = ()) -> None:
+    """Keep kopf's own marks on our objects to what it needs, under our own prefix, and its
+    API calls to what the Helm chart's RBAC grants."""
     kopf_settings.persistence.finalizer = "prescaler.io/finalizer"
     kopf_settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(
         prefix="prescaler.io"
@@ -43,6 +44,10 @@ def configure_kopf(kopf_settings: kopf.OperatorSettings) -> None:
     kopf_settings.posting.level = logging.WARNING
     kopf_settings.watching.server_timeout = 300
     kopf_settings.networking.request_timeout = 60
+    # kopf's runtime scanning lists and watches CRDs (and, unless cluster-wide, namespaces)
+    # across the cluster, to follow namespace patterns and CRD changes. Plain names or the
+    # whole cluster need neither (the chart installs the CRD before the operator starts).
+    kopf_settings.scanning.disabled = not any(set("!*?,") & set(ns) for ns in namespaces)
 
 
 def register(
@@ -50,10 +55,12 @@ def register(
     reconciler: Reconciler,
     interval: float,
     is_leader: Callable[[], bool] | None = None,
+    namespaces: Sequence[str] = (),
 ) -> None:
     """Register the handlers of one operator run on ``registry``: ``reconciler`` serves
     every pool once per ``interval`` seconds, while ``is_leader()`` (if given) says this
-    replica holds the leader Lease; otherwise the replica only watches."""
+    replica holds the leader Lease; otherwise the replica only watches. ``namespaces`` are
+    the watched names or kopf patterns (empty: cluster-wide)."""
 
     @kopf.on.login(registry=registry)
     def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
@@ -63,7 +70,7 @@ def register(
 
     @kopf.on.startup(registry=registry)
     def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
-        configure_kopf(settings)
+        configure_kopf(settings, namespaces)
 
     # Which pools claim which target, kept from the watch stream (no extra API calls).
     # The id names the kwarg the index arrives as (a nested function's default is its qualname).

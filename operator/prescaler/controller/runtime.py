@@ -115,6 +115,7 @@ async def operate(
         runtime.reconciler,
         settings.reconcile.interval_seconds,
         is_leader=elector.is_leader if elector is not None else None,
+        namespaces=settings.watch.namespaces,
     )
     try:
         await kopf.operator(
