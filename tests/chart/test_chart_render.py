@@ -140,7 +140,8 @@ def test_service_monitor_scrapes_the_metrics_service(helm: Helm) -> None:
     selector = spec["selector"]["matchLabels"]
     assert selector.items() <= service["metadata"]["labels"].items()
     (endpoint,) = spec["endpoints"]
-    assert set(endpoint) == {"port", "path", "interval", "scrapeTimeout"}
+    assert set(endpoint) == {"port", "path", "interval", "scrapeTimeout", "honorLabels"}
+    assert endpoint["honorLabels"] is True
     assert endpoint["port"] in {p["name"] for p in service["spec"]["ports"]}
     assert endpoint["path"] == "/metrics"
     for key in ("interval", "scrapeTimeout"):
@@ -205,6 +206,10 @@ def test_env_reaches_the_operator_settings(helm: Helm) -> None:
     assert settings.reconcile.kube_threads == 8
     ports = {p["name"]: p["containerPort"] for p in container["ports"]}
     assert ports == {"metrics": 9100, "health": 9101}
+    assert settings.leader.enabled is True
+    assert settings.leader.lease_name == "prescaler"
+    assert settings.leader.lease_duration_seconds == 15
+    assert settings.leader.renew_deadline_seconds < settings.leader.lease_duration_seconds
     cluster_wide = from_env(
         {k: v for k, v in env_of(operator_container(helm.template())).items() if isinstance(v, str)}
     )
@@ -226,6 +231,9 @@ def test_leader_election_env(helm: Helm) -> None:
 def test_two_replicas_without_leader_election_fail(helm: Helm) -> None:
     with pytest.raises(HelmError, match=r"leaderElection\.enabled"):
         helm.template({"leaderElection": {"enabled": False}})
+    late = {"leaderElection": {"leaseDurationSeconds": 10, "renewDeadlineSeconds": 10}}
+    with pytest.raises(HelmError, match=r"renewDeadlineSeconds must be below"):
+        helm.template(late)
 
 
 def test_high_availability_objects(helm: Helm) -> None:
