@@ -385,3 +385,34 @@ def test_notes_example_pool_is_valid() -> None:
     InferencePoolSpec.model_validate(pool["spec"])
     for hint in ("kubectl get ppool", "describe ppool", "dashboard", "Lease"):
         assert hint in notes
+
+
+def _documented_values() -> list[str]:
+    """Dotted paths of the values.yaml keys whose comment starts with ``# --``."""
+    paths: list[str] = []
+    stack: list[tuple[int, str]] = []
+    comment = ""
+    for line in (CHART / "values.yaml").read_text().splitlines():
+        stripped = line.strip()
+        if stripped.startswith("#"):
+            comment = comment or stripped
+            continue
+        match = re.match(r"^(\s*)([A-Za-z][\w]*):", line)
+        if match:
+            indent = len(match.group(1))
+            while stack and stack[-1][0] >= indent:
+                stack.pop()
+            if comment.startswith("# --"):
+                paths.append(".".join([key for _, key in stack] + [match.group(2)]))
+            stack.append((indent, match.group(2)))
+        comment = ""
+    return paths
+
+
+def test_readme_values_table_lists_every_documented_value() -> None:
+    readme = (PROJECT_ROOT / "charts" / "README.md").read_text()
+    table = readme.split("## Values", 1)[1].split("\n## ", 1)[0]
+    listed = re.findall(r"^\| `([\w.]+)` \|", table, flags=re.MULTILINE)
+    documented = _documented_values()
+    assert len(documented) > 50
+    assert listed == documented, "charts/README.md's values table drifted from values.yaml"
