@@ -12,7 +12,7 @@ PACKAGES := operator/prescaler forecasting/prescaler_forecast tests/cluster
 .PHONY: cluster-bin prometheus-bin cluster-up cluster-down cluster-status
 
 help:
-	@echo "make test   - quality gates (ruff, mypy --strict, import-linter) then the whole pytest suite"
+	@echo "make test   - quality gates (ruff, mypy --strict, import-linter, hadolint) then the whole pytest suite"
 	@echo "make unit   - the fast unit tier only (seconds)"
 	@echo "make demo   - the main job"
 	@echo "make crds   - regenerate crds/ and the chart's copy from the pydantic models"
@@ -39,7 +39,11 @@ typecheck: venv
 importlint: venv
 	$(BIN)/lint-imports
 
-quality: lint typecheck importlint
+.PHONY: dockerlint
+dockerlint: venv
+	$(BIN)/hadolint --config .hadolint.yaml Dockerfile
+
+quality: lint typecheck importlint dockerlint
 
 unit: venv
 	$(BIN)/pytest -q tests/unit
