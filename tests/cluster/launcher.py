@@ -50,6 +50,17 @@ SERVICE_CIDR = "10.96.0.0/16"
 POD_CIDR = "10.64.0.0/16"
 STATE_FILE = "state.json"
 COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok")
+# Metadata-level audit of ServiceAccount users only (the operator under test runs as one;
+# the control plane and the tests use the admin certificate), so the log stays small.
+AUDIT_POLICY = """\
+apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: [RequestReceived]
+rules:
+  - level: Metadata
+    userGroups: ["system:serviceaccounts"]
+  - level: None
+"""
 
 
 @dataclass(frozen=True)
@@ -105,6 +116,8 @@ class LocalCluster:
         self.config = config or ClusterConfig()
         self.tie_to_parent = tie_to_parent
         self.kubeconfig = self.run_dir / "kubeconfig"
+        self.audit_log = self.run_dir / "logs" / "audit.log"
+        """JSON lines, one audit event per request made by a ServiceAccount."""
         self.server = ""
         self.procs: list[procs.Proc] = []
         self._pki: Pki | None = None
@@ -192,6 +205,8 @@ class LocalCluster:
         )
         procs.wait_for("etcd /health", lambda: _http_ok(f"{etcd_url}/health"), 30, [etcd])
 
+        audit_policy = self.run_dir / "audit-policy.yaml"
+        audit_policy.write_text(AUDIT_POLICY)
         apiserver = self._spawn(
             "kube-apiserver",
             [
@@ -208,7 +223,12 @@ class LocalCluster:
                 "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
                 f"--service-cluster-ip-range={SERVICE_CIDR}",
                 "--authorization-mode=RBAC",
-                "--enable-admission-plugins=ExtendedResourceToleration",
+                # OwnerReferencesPermissionEnforcement: as on stricter distributions, setting
+                # blockOwnerDeletion needs RBAC on the owner's finalizers.
+                "--enable-admission-plugins=ExtendedResourceToleration,"
+                "OwnerReferencesPermissionEnforcement",
+                f"--audit-policy-file={audit_policy}",
+                f"--audit-log-path={self.audit_log}",
                 # The 'kubernetes' Service endpoint may not be a loopback address.
                 "--endpoint-reconciler-type=none",
                 "--enable-priority-and-fairness=false",
