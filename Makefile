@@ -6,7 +6,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell sha1sum pyproject.toml | cut -c1-12)
-PACKAGES := operator/prescaler forecasting/prescaler_forecast tests/cluster
+PACKAGES := operator/prescaler forecasting/prescaler_forecast tests/cluster hack/demo/prescaler_demo
 
 .PHONY: help venv lint typecheck importlint quality unit test demo crds
 .PHONY: cluster-bin prometheus-bin cluster-up cluster-down cluster-status
@@ -52,7 +52,7 @@ test: quality cluster-bin prometheus-bin
 	$(BIN)/pytest -q
 
 demo: venv
-	@bash hack/demo.sh
+	@bash hack/demo.sh $(ARGS)
 
 crds: venv
 	$(BIN)/python -m prescaler.api.crd --write crds/

@@ -1,0 +1,195 @@
+"""After the live run: the HPA on the same demand (the backtest library), scores and the PNG."""
+
+from __future__ import annotations
+
+import csv
+import itertools
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from prescaler.backtest import (
+    FleetConfig,
+    ReactivePolicy,
+    demand_from_trace,
+    fluid_queue,
+    score,
+    simulate,
+)
+from prescaler.backtest.traces import Trace
+from prescaler_demo.scenario import Scenario
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One look at the cluster during the live run (every couple of seconds)."""
+
+    t: float
+    replicas: int
+    """The Deployment's ``spec.replicas`` (what prescaler asked for)."""
+    ready: int
+    desired: int | None
+    """``status.desiredReplicas`` of the pool."""
+    standby: int
+    """Placeholder pods the pool holds (GPUs held for standby)."""
+    forecast_upper: float | None
+    """Largest upper-quantile forecast (requests/s) over the plan's lookahead."""
+    constraint: str
+
+
+@dataclass(frozen=True)
+class Record:
+    """The fleet's per-second record (see :mod:`prescaler_demo.fleet`)."""
+
+    t: np.ndarray
+    demand_rps: np.ndarray
+    ready: np.ndarray
+    capacity_rps: np.ndarray
+    waiting: np.ndarray
+
+    @classmethod
+    def read(cls, path: Path) -> Record:
+        cols: dict[str, list[float]] = {}
+        with path.open(newline="") as f:
+            for row in csv.DictReader(f):
+                for k, v in row.items():
+                    cols.setdefault(k, []).append(float(v))
+
+        def arr(name: str) -> np.ndarray:
+            return np.asarray(cols.get(name, []), dtype=float)
+
+        return cls(arr("t"), arr("demand_rps"), arr("ready"), arr("capacity_rps"), arr("waiting"))
+
+    def __len__(self) -> int:
+        return len(self.t)
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """Prescaler (measured live) and the HPA (simulated on the same demand)."""
+
+    prescaler_unserved: float
+    prescaler_gpu_hours: float
+    hpa_unserved: float
+    hpa_gpu_hours: float
+    hpa_t: np.ndarray
+    hpa_ready: np.ndarray
+    hpa_existing: np.ndarray
+
+
+def hpa_on_same_demand(sc: Scenario, start: float) -> Comparison:
+    """The backtest's ``reactive`` policy (Kubernetes HPA v2 at 70 %) on the live stretch, with
+    the same replica capacity, cold start, bounds and starting fleet."""
+    o = sc.options
+    trace = Trace(start=start, step_seconds=o.seconds_per_step, rps=sc.live_rps.astype(float))
+    demand = demand_from_trace(
+        trace, prompt_tokens=sc.tokens.prompt, output_tokens=sc.tokens.output
+    )
+    replica_tokens = sc.replica_rps * sc.tokens_per_request
+    config = FleetConfig(
+        replica_tokens_per_second=replica_tokens,
+        cold_start_seconds=o.cold_start_seconds,
+        min_replicas=o.min_replicas,
+        max_replicas=o.max_replicas,
+        initial_replicas=sc.initial_replicas(),
+    )
+    policy = ReactivePolicy(
+        replica_tokens_per_second=replica_tokens,
+        min_replicas=o.min_replicas,
+        max_replicas=o.max_replicas,
+    )
+    run = simulate(demand, policy, config)
+    s = score(run, demand, config)
+    # One more point at the end, so the last step is drawn over its whole width.
+    n = len(run.ready_per_step)
+    t = demand.start + np.arange(n + 1) * config.step_seconds
+    return Comparison(
+        prescaler_unserved=float("nan"),
+        prescaler_gpu_hours=float("nan"),
+        hpa_unserved=s.unserved_token_fraction,
+        hpa_gpu_hours=s.gpu_hours,
+        hpa_t=t,
+        hpa_ready=np.append(run.ready_per_step, run.ready_per_step[-1:]),
+        hpa_existing=np.append(run.existing_per_step, run.existing_per_step[-1:]),
+    )
+
+
+def prescaler_scores(record: Record, samples: list[Sample]) -> tuple[float, float]:
+    """Unserved fraction (arrivals not served in the second they came, the backtest's fluid
+    queue) and GPU-hours (replicas that exist plus placeholders, one GPU each)."""
+    if len(record) < 2:
+        return float("nan"), float("nan")
+    dt = np.diff(record.t, prepend=record.t[0] - 1.0)
+    _, late = fluid_queue(record.demand_rps * dt, record.capacity_rps * dt)
+    total = float(np.sum(record.demand_rps * dt))
+    unserved = float(late.sum() / total) if total > 0 else 0.0
+    gpu_seconds = 0.0
+    for a, b in itertools.pairwise(samples):
+        gpu_seconds += (a.replicas + a.standby) * (b.t - a.t)
+    return unserved, gpu_seconds / 3600
+
+
+def plot(
+    path: Path,
+    sc: Scenario,
+    start: float,
+    record: Record,
+    samples: list[Sample],
+    hpa: Comparison,
+    window: tuple[float, float],
+) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    def minutes(t: np.ndarray) -> np.ndarray:
+        return (np.asarray(t, dtype=float) - start) / 60
+
+    fig, (top, bottom) = plt.subplots(
+        2, 1, figsize=(10, 6.4), sharex=True, gridspec_kw={"height_ratios": [3, 2]}
+    )
+    r = sc.replica_rps
+    top.plot(minutes(record.t), record.demand_rps, color="black", lw=1.8, label="demand (trace)")
+    top.step(
+        minutes(record.t), record.capacity_rps, where="post", color="tab:blue", lw=1.8,
+        label="prescaler: ready capacity (live)",
+    )  # fmt: skip
+    top.step(
+        minutes(hpa.hpa_t), hpa.hpa_ready * r, where="post", color="tab:red", lw=1.4, ls="--",
+        label="HPA (70 %): ready capacity (simulated, same demand)",
+    )  # fmt: skip
+    fc = [(s.t, s.forecast_upper) for s in samples if s.forecast_upper is not None]
+    if fc:
+        ft, fv = zip(*fc, strict=True)
+        top.plot(minutes(np.asarray(ft)), fv, color="tab:blue", lw=0.9, ls=":",
+                 label="prescaler: forecast upper over the lead time")  # fmt: skip
+    for ax in (top, bottom):
+        ax.axvspan(*minutes(np.asarray(window)), color="orange", alpha=0.15)
+    top.text(minutes(np.asarray([window[0]]))[0], top.get_ylim()[1] * 0.95, " scheduled window",
+             va="top", fontsize=8, color="darkorange")  # fmt: skip
+    top.set_ylabel("requests/s")
+    top.legend(loc="upper left", fontsize=8)
+    comp = sc.compression
+    top.set_title(
+        f"{sc.stretch.trace.name}: {sc.stretch.trace_time(sc.stretch.start_index)} onwards, "
+        f"played {comp:g}x faster; cold start {sc.options.cold_start_seconds:g} s",
+        fontsize=10,
+    )
+    st = np.asarray([s.t for s in samples])
+    bottom.step(minutes(st), [s.replicas for s in samples], where="post", color="tab:blue",
+                lw=1.2, ls="--", label="prescaler: replicas")  # fmt: skip
+    bottom.step(minutes(st), [s.ready for s in samples], where="post", color="tab:blue",
+                lw=1.8, label="prescaler: ready")  # fmt: skip
+    bottom.step(minutes(hpa.hpa_t), hpa.hpa_existing, where="post", color="tab:red", lw=1.0,
+                ls="--", label="HPA: replicas")  # fmt: skip
+    bottom.step(minutes(hpa.hpa_t), hpa.hpa_ready, where="post", color="tab:red", lw=1.4,
+                label="HPA: ready")  # fmt: skip
+    bottom.set_ylabel("replicas")
+    bottom.set_xlim(0, (max(record.t[-1], hpa.hpa_t[-1]) - start) / 60)
+    bottom.set_xlabel("minutes since the live play started (wall clock)")
+    bottom.legend(loc="upper left", fontsize=8, ncol=2)
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)

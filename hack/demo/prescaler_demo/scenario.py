@@ -1,0 +1,250 @@
+"""What the live demo plays: a stretch of a real trace, its history, and the pool for it.
+
+Pure code: nothing here starts a process or talks to a server.
+
+Time compression. The demo plays one trace step every ``seconds_per_step`` of wall time
+(60 s by default: 10x for ServeGen's 10-minute steps). The pool's settings that describe the
+demand's time structure are scaled by the same factor, so they mean in compressed time what
+their defaults mean in real time: the history step is one trace step, the lookback is the
+backfilled week, the refit period one trace hour, the horizon two trace hours. What runs in
+real time stays at its default: cold start and margin (pods), scrape and reconcile periods.
+"""
+
+from __future__ import annotations
+
+import math
+import string
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import yaml
+
+from prescaler.api import ForecastSpec, InferencePoolSpec, capacity_model, parse_spec
+from prescaler.backtest.traces import Trace, load_token_mix, load_trace
+
+WEEK = 7 * 86_400.0
+HOUR = 3_600.0
+POOL_TEMPLATE = Path(__file__).resolve().parents[1] / "inferencepool.yaml"
+
+
+@dataclass(frozen=True)
+class Options:
+    """The demo's knobs (``python -m prescaler_demo --help`` documents each)."""
+
+    trace: Path
+    fmt: str = "servegen"
+    minutes: float = 6.0
+    seconds_per_step: float = 60.0
+    peak_replicas: int = 10
+    max_replicas: int = 16
+    min_replicas: int = 2
+    cold_start_seconds: float = 60.0
+    window_in_seconds: float = 180.0
+    window_minutes: float = 1.5
+    window_replicas: int = 12
+    window_lead_seconds: int = 150
+    tokens_per_second: float = 6000.0
+    namespace: str = "prescaler-demo"
+    name: str = "llama-chat"
+
+
+@dataclass(frozen=True)
+class Stretch:
+    """The trace stretch played live and the week before it, in trace time."""
+
+    trace: Trace
+    start_index: int
+    """Index of the first live step in the trace."""
+    steps: int
+    """Live steps."""
+    history_steps: int
+    """Steps of history before ``start_index`` (one week)."""
+    rise: float
+    """The rule's score: peak / first step of the live stretch."""
+
+    @property
+    def live_rps(self) -> np.ndarray:
+        return np.asarray(self.trace.rps[self.start_index : self.start_index + self.steps])
+
+    @property
+    def history_rps(self) -> np.ndarray:
+        lo = self.start_index - self.history_steps
+        return np.asarray(self.trace.rps[lo : self.start_index])
+
+    def trace_time(self, index: int) -> str:
+        """A trace step's start as ``d<day> HH:MM``, days counted from the trace's first."""
+        t = index * self.trace.step_seconds
+        clock = datetime.fromtimestamp(self.trace.start + t, UTC).strftime("%H:%M")
+        return f"d{int(t // 86_400) + 1} {clock}"
+
+
+def choose_stretch(trace: Trace, steps: int) -> Stretch:
+    """The rule: among stretches of ``steps`` trace steps that follow at least a week of
+    history and have no collection gap, the one whose peak is the largest multiple of its
+    first step (the steepest relative rise)."""
+    history = math.ceil(WEEK / trace.step_seconds)
+    rps = np.asarray(trace.rps, dtype=float)
+    if steps < 2:
+        raise ValueError("the live play needs at least 2 trace steps")
+    best: tuple[float, int] | None = None
+    for s in range(history, len(rps) - steps + 1):
+        seg = rps[s : s + steps]
+        if not np.isfinite(seg).all() or seg[0] <= 0:
+            continue
+        rise = float(seg[1:].max() / seg[0])
+        if best is None or rise > best[0]:
+            best = (rise, s)
+    if best is None:
+        raise ValueError(
+            f"{trace.name}: no gap-free stretch of {steps} steps after a week of history "
+            f"(the trace has {len(rps)} steps of {trace.step_seconds:g} s)"
+        )
+    return Stretch(trace, best[1], steps, history, best[0])
+
+
+@dataclass(frozen=True)
+class TokenMeans:
+    prompt: float
+    output: float
+    context_p95: int
+
+
+def token_means(trace_path: Path, trace: Trace) -> TokenMeans:
+    """The trace's token mix: its own columns, else ServeGen's pdf files next to it, else
+    the spec's defaults."""
+    siblings = sorted(trace_path.parent.glob("*input_tokens_pdf*"))
+    if siblings:
+        mix = load_token_mix(siblings[0])
+        return TokenMeans(mix.mean_prompt, mix.mean_output, round(mix.context_quantile(0.95)))
+    if trace.has_tokens:
+        prompt, output = trace.tokens_per_request()
+        w = np.nan_to_num(np.asarray(trace.rps, dtype=float))
+        p = float(np.average(prompt, weights=w))
+        o = float(np.average(output, weights=w))
+        p95 = trace.context_p95 or (p + o) * 2
+        return TokenMeans(p, o, round(p95))
+    model = InferencePoolSpec.model_fields["model"].annotation
+    assert model is not None
+    defaults = {k: f.default for k, f in model.model_fields.items()}
+    p, o = float(defaults["prompt_tokens"]), float(defaults["output_tokens"])
+    return TokenMeans(p, o, round(p + o))
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """Everything the live run needs, derived from the options and the trace."""
+
+    options: Options
+    stretch: Stretch
+    tokens: TokenMeans
+    scale: float
+    """Requests/s multiplier that makes the stretch's peak need ``peak_replicas``."""
+    replica_rps: float
+    """Requests/s one ready replica serves (the pool's capacity model, binding limit)."""
+    max_concurrency: int
+    latency_seconds: float
+
+    @property
+    def compression(self) -> float:
+        """Trace seconds per wall second."""
+        return self.stretch.trace.step_seconds / self.options.seconds_per_step
+
+    @property
+    def live_rps(self) -> np.ndarray:
+        return self.stretch.live_rps * self.scale
+
+    @property
+    def history_rps(self) -> np.ndarray:
+        return self.stretch.history_rps * self.scale
+
+    @property
+    def tokens_per_request(self) -> float:
+        return self.tokens.prompt + self.tokens.output
+
+    def initial_replicas(self) -> int:
+        """What the first live step needs at 70 % load (also the HPA's start)."""
+        first = float(self.live_rps[0])
+        want = math.ceil(first / (0.7 * self.replica_rps))
+        return min(max(want, self.options.min_replicas), self.options.max_replicas)
+
+    def forecast_settings(self) -> dict[str, int]:
+        """The compressed forecast settings (see the module docstring)."""
+        c = self.compression
+        step = round(self.options.seconds_per_step)
+        return {
+            "step_seconds": step,
+            "lookback_seconds": round(WEEK / c),
+            "refit_seconds": max(10, round(HOUR / c)),
+            "horizon_seconds": max(step, round(2 * HOUR / c)),
+        }
+
+    def pool_yaml(self, prometheus_url: str, live_start: float) -> str:
+        o = self.options
+        start = live_start + o.window_in_seconds
+        end = start + o.window_minutes * 60
+        values: dict[str, Any] = {
+            "name": o.name,
+            "namespace": o.namespace,
+            "min_replicas": o.min_replicas,
+            "max_replicas": o.max_replicas,
+            "tokens_per_second": f"{o.tokens_per_second:g}",
+            "prompt_tokens": f"{self.tokens.prompt:.0f}",
+            "output_tokens": f"{self.tokens.output:.0f}",
+            "context_tokens": self.tokens.context_p95,
+            "cold_start_seconds": round(o.cold_start_seconds),
+            "prometheus_url": prometheus_url,
+            "window_start": _iso(start),
+            "window_end": _iso(end),
+            "window_replicas": o.window_replicas,
+            "window_lead_seconds": o.window_lead_seconds,
+            **self.forecast_settings(),
+        }
+        return string.Template(POOL_TEMPLATE.read_text()).substitute(values)
+
+    def non_default_settings(self) -> list[tuple[str, str, str, str]]:
+        """(setting, value, default, why) for the forecast settings the demo changes."""
+        c = self.compression
+        why = f"the default / {c:g} (compressed time)"
+        out: list[tuple[str, str, str, str]] = []
+        for key, value in self.forecast_settings().items():
+            default = ForecastSpec.model_fields[key].default
+            camel = _camel(key)
+            if value != default:
+                out.append((f"forecast.{camel}", str(value), str(default), why))
+        return out
+
+
+def _camel(snake: str) -> str:
+    head, *rest = snake.split("_")
+    return head + "".join(p.title() for p in rest)
+
+
+def _iso(t: float) -> str:
+    return datetime.fromtimestamp(round(t), UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def build(options: Options) -> Scenario:
+    """Load the trace, pick the stretch by the rule and size it through the pool's model."""
+    trace = load_trace(options.trace, options.fmt)
+    steps = max(2, math.ceil(options.minutes * 60 / options.seconds_per_step))
+    stretch = choose_stretch(trace, steps)
+    tokens = token_means(options.trace, trace)
+    # Size through the very pool the demo applies (same capacity model as the operator).
+    draft = Scenario(options, stretch, tokens, 1.0, 1.0, 1, 1.0)
+    spec = parse_spec(yaml.safe_load(draft.pool_yaml("http://prometheus:9090", 0.0))["spec"])
+    model = capacity_model(spec)
+    replica_rps = model.replica_requests_per_second
+    peak = float(np.nanmax(stretch.live_rps))
+    scale = options.peak_replicas * replica_rps / peak
+    return Scenario(
+        options,
+        stretch,
+        tokens,
+        scale,
+        replica_rps,
+        model.max_concurrent_requests_per_replica or 1,
+        model.request_latency_seconds,
+    )
