@@ -73,6 +73,12 @@ def parse(argv: list[str] | None) -> tuple[Options, Path]:
         help="seconds from the live start to the scheduled window (180)",
     )
     p.add_argument(
+        "--window-minutes",
+        type=float,
+        default=d.window_minutes,
+        help="how long the scheduled window lasts, minutes (1.5)",
+    )
+    p.add_argument(
         "--window-replicas",
         type=int,
         default=d.window_replicas,
