@@ -2,7 +2,9 @@
 
 Import the fixtures into a test module (``from integration.operator_fixtures import ...``).
 The operator runs in-process (``prescaler.controller.runtime.operate``) in its own thread and
-event loop, watching only the test's namespace, with a fast timer.
+event loop, watching only the test's namespace, with a fast timer. The ``operator`` fixture
+runs it as the Helm chart does: as the chart's ServiceAccount, under the chart's RBAC
+(``integration.chart_rbac``), leader on the chart's Lease.
 """
 
 from __future__ import annotations
@@ -21,9 +23,11 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from cluster.launcher import LocalCluster
+from integration.chart_rbac import ChartIdentity, chart_identity
 from prescaler.api import GROUP, PLURAL, VERSION
 from prescaler.metrics import Metrics
 from prescaler.settings import (
+    LeaderSettings,
     MetricsSettings,
     OperatorSettings,
     ReconcileSettings,
@@ -71,19 +75,32 @@ def crd_fixture(cluster: LocalCluster) -> None:
 
 
 @contextmanager
-def running_operator(cluster: LocalCluster, namespace: str, **reconcile: Any) -> Iterator[Metrics]:
-    """The operator watching ``namespace`` until the block ends; yields its metrics."""
+def running_operator(
+    cluster: LocalCluster,
+    namespace: str,
+    identity: ChartIdentity | None = None,
+    clusterwide: bool = False,
+    **reconcile: Any,
+) -> Iterator[Metrics]:
+    """The operator watching ``namespace`` (or every namespace) until the block ends; yields
+    its metrics. With ``identity`` it acts as the chart's ServiceAccount and elects itself
+    leader on the chart's Lease in ``namespace``, as the chart runs it; else as the admin."""
     from prescaler.controller.runtime import run_operator
 
+    leader = LeaderSettings()
+    if identity is not None and identity.lease_name:
+        leader = LeaderSettings(enabled=True, lease_name=identity.lease_name, namespace=namespace)
+    kubeconfig = identity.kubeconfig if identity is not None else cluster.kubeconfig
     settings = OperatorSettings(
-        watch=WatchSettings(namespaces=(namespace,)),
+        watch=WatchSettings(namespaces=() if clusterwide else (namespace,)),
+        leader=leader,
         metrics=MetricsSettings(port=0),
         reconcile=replace(
             ReconcileSettings(
                 interval_seconds=1.0,
                 forecast_workers=0,
                 forecast_wait_seconds=20.0,
-                kubeconfig=str(cluster.kubeconfig),
+                kubeconfig=str(kubeconfig),
                 kube_threads=4,
             ),
             **reconcile,
@@ -115,12 +132,19 @@ def running_operator(cluster: LocalCluster, namespace: str, **reconcile: Any) ->
 
 @pytest.fixture(name="operator")
 def operator_fixture(
-    cluster: LocalCluster, crd: None, namespace: str, monkeypatch: pytest.MonkeyPatch
+    cluster: LocalCluster,
+    crd: None,
+    namespace: str,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
 ) -> Iterator[Metrics]:
-    """The operator on the test namespace with a 1 s timer."""
-    monkeypatch.setenv("KUBECONFIG", str(cluster.kubeconfig))
-    with running_operator(cluster, namespace) as metrics:
-        yield metrics
+    """The operator on the test namespace with a 1 s timer, as the Helm chart runs it: under
+    the chart's ServiceAccount and RBAC for that namespace (a rule it lacks fails the test),
+    leader on the chart's Lease."""
+    with chart_identity(cluster, namespace, tmp_path) as identity:
+        monkeypatch.setenv("KUBECONFIG", str(identity.kubeconfig))  # kopf's own login
+        with running_operator(cluster, namespace, identity) as metrics:
+            yield metrics
 
 
 # ---------------------------------------------------------------------- objects
