@@ -273,6 +273,33 @@ def _walk_every_path(k: Kube) -> None:
     wait_for(
         lambda: _gone(k.apps.read_namespaced_daemon_set, "web-prepull", ns), 60, "pre-pull deleted"
     )
+    # A hot standby pod is promoted (patch) into a target that grows, and retired (delete)
+    # once the target's own replica is Ready.
+    k.create_deployment(gpu_deployment("burst", 1, ready_delay="6s"))
+    k.create_pool(
+        "burst",
+        {
+            **base,
+            "target": {"name": "burst"},
+            "coldStart": fixed,
+            "schedules": _window(1),
+            "standby": {"hot": {"replicas": 1}},
+        },
+    )
+    wait_for(
+        lambda: (
+            not _gone(k.deployment, "burst-hot")
+            and (k.deployment("burst-hot").status.ready_replicas or 0) == 1
+        ),
+        60,
+        "a ready hot standby",
+    )
+    k.patch_pool("burst", {"schedules": _window(2)})
+    wait_for(
+        lambda: "HotStandbyRetired" in [e.reason for e in k.events("burst")],
+        60,
+        "the hot standby promoted and retired",
+    )
     # kopf takes its finalizer off a deleted pool.
     k.delete_pool("db")
     wait_for(lambda: _gone(k.pool, "db"), 60, "the pool db to go")

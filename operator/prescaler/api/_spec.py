@@ -184,6 +184,11 @@ class QueriesSpec(WireModel):
     """Generated tokens/s."""
     running: PromQL | None = None
     """Requests running now."""
+    running_by_pod: PromQL | None = None
+    """Requests running now on each pod, one series per pod labelled ``pod`` (use
+    ``label_replace`` if your scrape names it otherwise). Read before a scale-down of a
+    Deployment to set each pod's ``controller.kubernetes.io/pod-deletion-cost``, so the
+    idlest pods go first."""
     waiting: PromQL | None = None
     """Requests queued now."""
     context_tokens: PromQL | None = None
@@ -298,10 +303,17 @@ class PlaceholderSpec(WireModel):
 
 
 class HotStandbySpec(WireModel):
-    """Replicas with the model loaded but outside the Service (labelled apart)."""
+    """Replicas with the model loaded but outside the Service (labelled apart), promoted
+    into it in seconds when the plan asks for more than is ready."""
 
     replicas: int = Field(default=0, ge=0, le=100)
-    """Hot standby replicas; 0 disables it."""
+    """Hot standby replicas (a Deployment ``<pool>-hot`` running the target's pod template
+    under other labels, so no Service selects them); 0 disables it. When the plan wants
+    more replicas than are ready, ready hot pods are promoted: relabelled with the
+    target's pod labels (every Service of the target then routes to them) and handed to
+    the pool, and the hot Deployment starts replacements. A promoted pod bridges the cold
+    start of the replicas the target gained and is deleted (gracefully) once those are
+    Ready."""
 
 
 class StandbySpec(WireModel):
@@ -349,7 +361,11 @@ class InferencePoolSpec(WireModel):
     inference_pool_ref: InferencePoolRef | None = None
     """Optional Gateway API Inference Extension InferencePool fronting this fleet."""
     min_replicas: int = Field(default=1, ge=0, le=100_000)
-    """Fewest replicas the pool keeps."""
+    """Fewest replicas the pool keeps. With 0, an idle pool may reach zero: only once its
+    demand (``forecast`` requests/s) has been zero, or its series absent, for a whole
+    ``scaleDown.stabilizationSeconds`` as this operator saw it (a restarted operator
+    starts that clock anew), and nothing else (forecast, windows) asks for a replica.
+    Missing data (Prometheus unreachable, garbage values) is never idleness."""
     max_replicas: int = Field(default=10, ge=1, le=100_000)
     """Most replicas the pool asks for."""
     model: ModelSpec

@@ -9,12 +9,19 @@ from pydantic import Field
 from prescaler.api._base import WireModel
 
 ConditionType = Literal[
-    "Ready", "MetricsAvailable", "ForecastHealthy", "ScheduleActive", "DryRun", "Invalid"
+    "Ready",
+    "MetricsAvailable",
+    "ForecastHealthy",
+    "CapacityAvailable",
+    "ScheduleActive",
+    "DryRun",
+    "Invalid",
 ]
 CONDITION_TYPES: tuple[ConditionType, ...] = (
     "Ready",
     "MetricsAvailable",
     "ForecastHealthy",
+    "CapacityAvailable",
     "ScheduleActive",
     "DryRun",
     "Invalid",
@@ -145,6 +152,8 @@ class StandbyPartStatus(WireModel):
     """Pods wanted."""
     ready: int = 0
     """Pods ready."""
+    promoted: int | None = None
+    """Hot standby only: promoted pods serving in the target's Service now."""
 
 
 class StandbyStatus(WireModel):
@@ -169,6 +178,10 @@ class DemandStatus(WireModel):
     """Requests queued."""
     shortfall_requests_per_second: float | None = None
     """Demand above what ready replicas can serve (0 when covered)."""
+    idle_since: str | None = Field(default=None, max_length=64)
+    """Since when demand has been zero or its series absent, as this operator saw it
+    (RFC 3339); with ``minReplicas: 0`` the pool may reach zero a stabilization period
+    later."""
 
 
 class InferencePoolStatus(WireModel):
@@ -184,7 +197,8 @@ class InferencePoolStatus(WireModel):
             "x-kubernetes-list-map-keys": ["type"],
         },
     )
-    """Ready, MetricsAvailable, ForecastHealthy, ScheduleActive, DryRun, Invalid."""
+    """Ready, MetricsAvailable, ForecastHealthy, CapacityAvailable, ScheduleActive, DryRun,
+    Invalid."""
     desired_replicas: int | None = None
     """Replicas the plan asks for."""
     current_replicas: int | None = None

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from prescaler.api import API_VERSION, KIND, ColdStartStatus, SelectionStatus
-from prescaler.kube import ObjectRef, Workload
+from prescaler.kube import ObjectRef, PodStart, Workload
 from prescaler.sources import Snapshot
 from prescaler_forecast import Forecast
 
@@ -46,6 +46,12 @@ class Gathered:
     snapshot: Snapshot | None
     metrics_problem: str | None
     forecast: ForecastResult | None
+    pods: tuple[PodStart, ...] = ()
+    """The target's pods."""
+    hot_pods: tuple[PodStart, ...] = ()
+    """The pool's hot standby pods, waiting and promoted (``prescaler.io/role``)."""
+    idle_since: float | None = None
+    """Since when demand has been zero or absent, as witnessed (see ``status.idle_since``)."""
 
 
 @dataclass(frozen=True, slots=True, order=True)

@@ -15,7 +15,7 @@ import hashlib
 import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import Executor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from prescaler.api import (
@@ -42,17 +42,23 @@ from prescaler.controller.model import (
 from prescaler.controller.status import (
     compose_status,
     forecast_error,
+    idle_since,
     invalid_status,
     learn_cold_start,
     parse_rfc3339,
     parse_status,
     shortfall,
     status_patch,
+    unschedulable,
 )
 from prescaler.kube import (
+    DELETION_COST_ANNOTATION,
+    POOL_LABEL,
     ROLE_HOT,
+    ROLE_LABEL,
     ROLE_PLACEHOLDER,
     ROLE_PRE_PULL,
+    ROLE_PROMOTED,
     KubeApi,
     KubeError,
     NotFound,
@@ -65,15 +71,26 @@ from prescaler.kube import (
     placeholder_deployment,
     placeholder_priority_class,
     pre_pull_daemonset,
+    promotion_patch,
 )
 from prescaler.metrics import Metrics
-from prescaler.planning import FleetState, PlanInputs, ScalePlan, ScheduledWindow, plan
+from prescaler.planning import (
+    DrainPlan,
+    FleetState,
+    PlanInputs,
+    PodLoad,
+    ScalePlan,
+    ScheduledWindow,
+    drain_plan,
+    plan,
+)
 from prescaler.sources import (
     MetricsUnavailable,
     PrometheusSource,
     PromQLError,
     Queries,
     Snapshot,
+    SourceError,
     render_queries,
 )
 
@@ -113,6 +130,8 @@ class Reconciler:
     rate_window: str = "2m"
     clock: Callable[[], float] = time.time
     _sources: dict[str, tuple[str, PrometheusSource]] = field(default_factory=dict)
+    _witnessed_from: float | None = None
+    """This reconciler's first reconcile: idleness is only what it saw from then on."""
 
     def forget(self, pool: PoolObject) -> None:
         """Drop caches and metric series of a deleted pool."""
@@ -145,11 +164,17 @@ class Reconciler:
                 )
             capacity = self._capacity(spec, gathered.snapshot)
             decision = decide(spec, capacity, gathered, windows, previous, now)
+            drain = None
+            if decision.desired_replicas < decision.current_replicas and spec.mode == "replicas":
+                drain = await self._drain_plan(pool, spec, gathered, now)
+                decision = replace(decision, reason=f"{decision.reason}; {drain.reason}")
             self.metrics.declare_pool(pool.namespace, pool.name)
-            standby = await self._apply(pool, spec, decision, gathered, previous)
+            standby = await self._apply(pool, spec, decision, gathered, previous, drain)
             status = compose_status(
                 spec, pool.generation, previous, decision, gathered, capacity, windows, standby, now
             )
+            if not spec.dry_run:
+                await self._capacity_event(pool, previous, status)
             self._observe(pool, spec, decision, gathered, capacity, previous)
             return status_patch(dict(pool.status), status)
         except InvalidPool as exc:
@@ -188,9 +213,15 @@ class Reconciler:
             raise InvalidPool("TargetNotFound", f"target not found: {exc}") from None
 
         pods: list[PodStart] = []
-        if spec.cold_start.mode == "auto" and workload.selector:
+        if workload.selector:
             pods = await self.kube.list_pod_starts(ns, workload.selector)
         cold_start = learn_cold_start(previous.cold_start, spec.cold_start, pods, now)
+        hot_pods: list[PodStart] = []
+        was_hot = previous.standby.hot if previous.standby is not None else None
+        if spec.standby.hot.replicas > 0 or (was_hot is not None and was_hot.promoted):
+            hot_pods = await self.kube.list_pod_starts(
+                ns, f"{POOL_LABEL}={pool.name},{ROLE_LABEL} in ({ROLE_HOT},{ROLE_PROMOTED})"
+            )
 
         snapshot: Snapshot | None = None
         problem: str | None = None
@@ -210,7 +241,20 @@ class Reconciler:
             forecast = await self.forecasts.get(
                 pool.uid, spec.forecast, windows, source, series_id, now, kept=kept
             )
-        return Gathered(workload, current, cold_start, snapshot, problem, forecast)
+        if self._witnessed_from is None:
+            self._witnessed_from = now
+        idle = idle_since(previous.demand, snapshot, now, self._witnessed_from)
+        return Gathered(
+            workload,
+            current,
+            cold_start,
+            snapshot,
+            problem,
+            forecast,
+            pods=tuple(pods),
+            hot_pods=tuple(hot_pods),
+            idle_since=idle,
+        )
 
     async def _source(
         self, pool: PoolObject, spec: InferencePoolSpec
@@ -280,6 +324,30 @@ class Reconciler:
             # The measured mix is unusable (e.g. a context beyond the model): plan on the spec's.
             return capacity_model(spec)
 
+    async def _drain_plan(
+        self, pool: PoolObject, spec: InferencePoolSpec, gathered: Gathered, now: float
+    ) -> DrainPlan:
+        """Which pods the coming scale-down should remove: per-pod running requests read
+        now (only before a scale-down), ranked by :func:`prescaler.planning.drain_plan`."""
+        if spec.target.kind != "Deployment":
+            return DrainPlan(
+                (), f"drain: a {spec.target.kind} removes its highest ordinals, not the idlest"
+            )
+        pods = [
+            PodLoad(p.name, p.deletion_cost)
+            for p in gathered.pods
+            if p.ready and p.role != ROLE_PROMOTED
+        ]
+        if spec.forecast is None:
+            return drain_plan(pods, None, "no spec.forecast")
+        source, _ = await self._source(pool, spec)
+        loop = asyncio.get_running_loop()
+        try:
+            running = await loop.run_in_executor(self.io_executor, source.running_by_pod, now)
+        except SourceError as exc:
+            return drain_plan(pods, None, str(exc)[:200])
+        return drain_plan(pods, running)
+
     # ------------------------------------------------------------------ apply
     async def _apply(
         self,
@@ -288,12 +356,22 @@ class Reconciler:
         decision: ScalePlan,
         gathered: Gathered,
         previous: InferencePoolStatus,
+        drain: DrainPlan | None = None,
     ) -> StandbyStatus | None:
-        """Carry out the plan: replicas or HPA floor, standby objects, Events. Dumb on purpose."""
+        """Carry out the plan: pod deletion costs, replicas or HPA floor, hot standby
+        promotions, standby objects, Events. Dumb on purpose."""
         if spec.dry_run:
             return None
         ns, target = pool.namespace, spec.target
         try:
+            for pod, cost in drain.costs if drain is not None else ():
+                # Before the scale-down, so the ReplicaSet ranks by them.
+                with contextlib.suppress(NotFound):
+                    await self.kube.patch_pod(
+                        ns,
+                        pod,
+                        {"metadata": {"annotations": {DELETION_COST_ANNOTATION: str(cost)}}},
+                    )
             if decision.changed:
                 if spec.mode == "hpaFloor":
                     await self.kube.patch_hpa_min(ns, target.name, decision.desired_replicas)
@@ -313,9 +391,74 @@ class Reconciler:
                     f"{what} {target.kind} {target.name}: {decision.current_replicas} -> "
                     f"{decision.desired_replicas} ({decision.constraint}): {decision.reason}",
                 )
-            return await self._standby(pool, spec, decision, gathered.workload, previous.standby)
+            promoted = await self._promote(pool, spec, decision, gathered)
+            standby = await self._standby(pool, spec, decision, gathered.workload, previous.standby)
+            if promoted or (standby is not None and standby.hot is not None):
+                standby = standby or StandbyStatus()
+                hot = standby.hot or StandbyPartStatus()
+                standby = standby.model_copy(
+                    update={"hot": hot.model_copy(update={"promoted": promoted})}
+                )
+            return standby
         except NotFound as exc:
             raise InvalidPool("TargetNotFound", str(exc)) from None
+
+    async def _promote(
+        self, pool: PoolObject, spec: InferencePoolSpec, decision: ScalePlan, gathered: Gathered
+    ) -> int:
+        """Promote and retire hot standby pods as the plan says; returns the promoted pods
+        serving afterwards."""
+        ns, target = pool.namespace, spec.target
+        waiting = sorted(
+            (p for p in gathered.hot_pods if p.role == ROLE_HOT and p.ready),
+            key=lambda p: (p.created, p.name),
+        )
+        promoted = [p for p in gathered.hot_pods if p.role == ROLE_PROMOTED and not p.terminating]
+        chosen = waiting[: decision.promote_replicas]
+        for pod in chosen:
+            with contextlib.suppress(NotFound):
+                await self.kube.patch_pod(
+                    ns, pod.name, promotion_patch(pool.ref, gathered.workload.template)
+                )
+        if chosen:
+            await self.kube.post_event(
+                pool.ref,
+                "Normal",
+                "HotStandbyPromoted",
+                f"promoted {', '.join(p.name for p in chosen)} into the pods of "
+                f"{target.kind} {target.name}: {decision.desired_replicas} wanted, "
+                f"{gathered.workload.ready_replicas} of its own ready",
+            )
+        # Not-ready ones first, then the oldest.
+        promoted.sort(key=lambda p: (p.ready, p.created, p.name))
+        retired = promoted[: decision.retire_replicas]
+        for pod in retired:
+            await self.kube.delete_pod(ns, pod.name)
+        if retired:
+            await self.kube.post_event(
+                pool.ref,
+                "Normal",
+                "HotStandbyRetired",
+                f"deleted promoted {', '.join(p.name for p in retired)}: "
+                f"{gathered.workload.ready_replicas} ready replicas of {target.kind} "
+                f"{target.name} cover the plan of {decision.desired_replicas}",
+            )
+        return sum(1 for p in promoted if p.ready) - len(retired) + len(chosen)
+
+    async def _capacity_event(
+        self, pool: PoolObject, previous: InferencePoolStatus, status: InferencePoolStatus
+    ) -> None:
+        """An Event when CapacityAvailable changes (status or message), never per reconcile."""
+        old = next((c for c in previous.conditions if c.type == "CapacityAvailable"), None)
+        new = next((c for c in status.conditions if c.type == "CapacityAvailable"), None)
+        if new is None:
+            return
+        if new.status == "False" and (
+            old is None or old.status != "False" or old.message != new.message
+        ):
+            await self.kube.post_event(pool.ref, "Warning", new.reason, new.message)
+        elif new.status == "True" and old is not None and old.status == "False":
+            await self.kube.post_event(pool.ref, "Normal", new.reason, new.message)
 
     async def _standby(
         self,
@@ -439,12 +582,19 @@ def decide(
 ) -> ScalePlan:
     """The planner's inputs from what was gathered, and its decision (pure)."""
     observed = gathered.snapshot.requests_per_second if gathered.snapshot else None
+    hot = spec.standby.hot.replicas > 0
     fleet = FleetState(
         current_replicas=gathered.current_replicas,
         ready_replicas=gathered.workload.ready_replicas,
         last_scale_up_at=parse_rfc3339(previous.last_scale_up_time),
         last_scale_down_at=parse_rfc3339(previous.last_scale_down_time),
         observed_requests_per_second=observed,
+        unschedulable_replicas=len(unschedulable(gathered.pods)),
+        idle_seconds=None if gathered.idle_since is None else now - gathered.idle_since,
+        hot_ready_replicas=sum(
+            1 for p in gathered.hot_pods if hot and p.role == ROLE_HOT and p.ready
+        ),
+        promoted_replicas=sum(1 for p in gathered.hot_pods if p.role == ROLE_PROMOTED and p.ready),
     )
     forecast = gathered.forecast.forecast if gathered.forecast is not None else None
     return plan(

@@ -12,6 +12,7 @@ from datetime import UTC, datetime
 from typing import Any, Literal
 
 from prescaler.api import (
+    CONDITION_TYPES,
     MAX_FORECAST_POINTS,
     ColdStartSpec,
     ColdStartStatus,
@@ -32,6 +33,7 @@ from prescaler.capacity import CapacityModel
 from prescaler.controller.model import Gathered
 from prescaler.kube import PodStart, Workload
 from prescaler.planning import ForecastLike, ScalePlan, ScheduledWindow
+from prescaler.sources import Snapshot
 from prescaler_forecast import Selection
 
 STUCK_POD_SECONDS = 3600.0
@@ -66,6 +68,10 @@ def learn_cold_start(
 
     Pods are taken in creation order and counting stops at the first one that is not
     Ready yet, so a slow pod is never skipped because a faster, newer one finished first.
+    A pod no node can take is not starting: it is passed over, never waited for and never
+    a sample (a wait for a free GPU is capacity, reported as ``CapacityAvailable``, not
+    cold start). For the same reason a pod that had to wait for a node counts from when
+    it was scheduled.
     """
     if spec.mode == "fixed":
         return ColdStartStatus(seconds=float(spec.seconds), source="fixed")
@@ -75,11 +81,14 @@ def learn_cold_start(
         (p for p in pods if watermark is None or p.created > watermark), key=lambda p: p.created
     )
     for pod in fresh:
+        if pod.unschedulable is not None:
+            continue
         if pod.ready_at is None:
             if now - pod.created < STUCK_POD_SECONDS:
                 break
             continue
-        samples.append(round(max(0.0, pod.ready_at - pod.created), 1))
+        started = max(pod.created, pod.scheduled_at or pod.created)
+        samples.append(round(max(0.0, pod.ready_at - started), 1))
         watermark = pod.created
     samples = samples[-spec.samples :]
     until = rfc3339(watermark) if watermark is not None else None
@@ -93,6 +102,35 @@ def learn_cold_start(
         samples=samples,
         observed_until=until,
     )
+
+
+def idle_since(
+    previous: DemandStatus | None,
+    snapshot: Snapshot | None,
+    now: float,
+    witnessed_from: float,
+) -> float | None:
+    """Since when demand has been zero or its series absent, as this operator witnessed it.
+
+    ``snapshot`` is ``None`` when Prometheus could not be read: missing data is never
+    idleness, so the clock stops. A garbage value stops it too; any demand > 0 resets it.
+    The clock never starts before ``witnessed_from`` (this operator's first reconcile): an
+    absent series right after a restart says nothing about the time before it.
+    """
+    if snapshot is None:
+        return None
+    rps = snapshot.requests_per_second
+    if rps is None and not snapshot.demand_absent:
+        return None
+    if rps is not None and rps > 0:
+        return None
+    since = parse_rfc3339(previous.idle_since if previous is not None else None)
+    return max(since if since is not None else now, witnessed_from)
+
+
+def unschedulable(pods: Sequence[PodStart]) -> list[PodStart]:
+    """Pods no node can take now (not terminating)."""
+    return [p for p in pods if p.unschedulable is not None and not p.terminating]
 
 
 def forecast_view(
@@ -209,8 +247,7 @@ def merge_conditions(
             last_transition_time=rfc3339(now) if moved or old is None else old.last_transition_time,
             observed_generation=generation,
         )
-    order = ["Ready", "MetricsAvailable", "ForecastHealthy", "ScheduleActive", "DryRun", "Invalid"]
-    return sorted(by_type.values(), key=lambda c: order.index(c.type))
+    return sorted(by_type.values(), key=lambda c: CONDITION_TYPES.index(c.type))
 
 
 def status_patch(previous: dict[str, Any], status: InferencePoolStatus) -> dict[str, Any]:
@@ -264,7 +301,24 @@ def compose_status(
     down = applied and decision.desired_replicas < decision.current_replicas
     stamp = rfc3339(now)
     ready = gathered.workload.ready_replicas
+    hot = standby.hot if standby is not None else None
+    promoted = (hot.promoted or 0) if hot is not None else 0
     updates = [ConditionUpdate("Invalid", "False", "Valid", "")]
+    stuck = unschedulable(gathered.pods)
+    if stuck:
+        updates.append(
+            ConditionUpdate(
+                "CapacityAvailable",
+                "False",
+                "Unschedulable",
+                f"{len(stuck)} of {gathered.workload.replicas} replicas cannot be scheduled, "
+                f"not counted as arriving capacity: {stuck[0].unschedulable}",
+            )
+        )
+    else:
+        updates.append(
+            ConditionUpdate("CapacityAvailable", "True", "Schedulable", "every replica has a node")
+        )
     if spec.forecast is None:
         updates.append(
             ConditionUpdate("MetricsAvailable", "Unknown", "NotConfigured", "no spec.forecast")
@@ -302,12 +356,17 @@ def compose_status(
         )
     else:
         updates.append(ConditionUpdate("DryRun", "False", "Applying", ""))
-    if ready >= decision.desired_replicas:
-        updates.append(ConditionUpdate("Ready", "True", "CapacityReady", f"{ready} ready"))
+    extra = f" (+{promoted} promoted hot standby)" if promoted else ""
+    if ready + promoted >= decision.desired_replicas:
+        updates.append(ConditionUpdate("Ready", "True", "CapacityReady", f"{ready} ready{extra}"))
     else:
+        waiting = f", {len(stuck)} unschedulable" if stuck else ""
         updates.append(
             ConditionUpdate(
-                "Ready", "False", "Scaling", f"{ready} of {decision.desired_replicas} ready"
+                "Ready",
+                "False",
+                "Scaling",
+                f"{ready} of {decision.desired_replicas} ready{extra}{waiting}",
             )
         )
 
@@ -329,6 +388,7 @@ def compose_status(
             shortfall_requests_per_second=(
                 _round(shortfall(rps, gathered.workload, capacity)) if rps is not None else None
             ),
+            idle_since=rfc3339(gathered.idle_since) if gathered.idle_since is not None else None,
         )
     if spec.dry_run:
         standby = StandbyStatus(

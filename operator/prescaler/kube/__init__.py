@@ -7,6 +7,7 @@ Errors::
 """
 
 from prescaler.kube._client import (
+    DELETION_COST_ANNOTATION,
     KubeApi,
     KubeClient,
     label_selector,
@@ -23,12 +24,14 @@ from prescaler.kube._manifests import (
     ROLE_LABEL,
     ROLE_PLACEHOLDER,
     ROLE_PRE_PULL,
+    ROLE_PROMOTED,
     first_image,
     hot_standby_deployment,
     object_name,
     placeholder_deployment,
     placeholder_priority_class,
     pre_pull_daemonset,
+    promotion_patch,
 )
 from prescaler.kube._types import (
     Hpa,
@@ -41,12 +44,14 @@ from prescaler.kube._types import (
 )
 
 __all__ = [
+    "DELETION_COST_ANNOTATION",
     "HASH_ANNOTATION",
     "POOL_LABEL",
     "ROLE_HOT",
     "ROLE_LABEL",
     "ROLE_PLACEHOLDER",
     "ROLE_PRE_PULL",
+    "ROLE_PROMOTED",
     "Hpa",
     "KubeApi",
     "KubeClient",
@@ -68,5 +73,6 @@ __all__ = [
     "placeholder_priority_class",
     "pod_start",
     "pre_pull_daemonset",
+    "promotion_patch",
     "rfc3339",
 ]

@@ -22,7 +22,7 @@ from kubernetes import client
 from kubernetes import config as _config
 from kubernetes.client.exceptions import ApiException
 
-from prescaler.kube._manifests import HASH_ANNOTATION
+from prescaler.kube._manifests import HASH_ANNOTATION, ROLE_LABEL
 from prescaler.kube._types import (
     Hpa,
     KubeError,
@@ -36,6 +36,8 @@ from prescaler.kube._types import (
 config: Any = _config  # untyped module
 USER_AGENT = "prescaler-operator"
 MERGE_PATCH = "application/merge-patch+json"
+DELETION_COST_ANNOTATION = "controller.kubernetes.io/pod-deletion-cost"
+"""The ReplicaSet controller removes pods with the lowest cost first on a scale-down."""
 
 
 def parse_time(text: str | None) -> float | None:
@@ -65,13 +67,32 @@ def label_selector(selector: Mapping[str, Any]) -> str:
 
 
 def pod_start(pod: Mapping[str, Any]) -> PodStart:
-    meta, status = pod.get("metadata", {}), pod.get("status", {})
-    ready_at = None
+    meta, status = pod.get("metadata") or {}, pod.get("status") or {}
+    ready_at = scheduled_at = None
+    unschedulable: str | None = None
     for cond in status.get("conditions") or []:
-        if cond.get("type") == "Ready" and cond.get("status") == "True":
+        kind, state = cond.get("type"), cond.get("status")
+        if kind == "Ready" and state == "True":
             ready_at = parse_time(cond.get("lastTransitionTime"))
+        elif kind == "PodScheduled" and state == "True":
+            scheduled_at = parse_time(cond.get("lastTransitionTime"))
+        elif kind == "PodScheduled" and cond.get("reason") == "Unschedulable":
+            unschedulable = str(cond.get("message") or "no node can take it")
     created = parse_time(meta.get("creationTimestamp")) or 0.0
-    return PodStart(name=meta.get("name", ""), created=created, ready_at=ready_at)
+    cost: int | None = None
+    raw_cost = (meta.get("annotations") or {}).get(DELETION_COST_ANNOTATION)
+    with contextlib.suppress(TypeError, ValueError):
+        cost = int(raw_cost) if raw_cost is not None else None
+    return PodStart(
+        name=meta.get("name", ""),
+        created=created,
+        ready_at=ready_at,
+        scheduled_at=scheduled_at,
+        unschedulable=unschedulable,
+        terminating=meta.get("deletionTimestamp") is not None,
+        deletion_cost=cost,
+        role=(meta.get("labels") or {}).get(ROLE_LABEL),
+    )
 
 
 class KubeApi(Protocol):
@@ -82,6 +103,8 @@ class KubeApi(Protocol):
     async def get_hpa(self, namespace: str, name: str) -> Hpa: ...
     async def patch_hpa_min(self, namespace: str, name: str, min_replicas: int) -> None: ...
     async def list_pod_starts(self, namespace: str, selector: str) -> list[PodStart]: ...
+    async def patch_pod(self, namespace: str, name: str, patch: dict[str, Any]) -> None: ...
+    async def delete_pod(self, namespace: str, name: str) -> None: ...
     async def read_secret(self, namespace: str, name: str) -> dict[str, str]: ...
     async def ensure(self, obj: dict[str, Any]) -> StandbyObservation: ...
     async def delete(self, namespace: str, kind: str, name: str) -> None: ...
@@ -197,6 +220,17 @@ class KubeClient:
             self.core.list_namespaced_pod, namespace, label_selector=selector
         )
         return [pod_start(p) for p in listing.get("items", [])]
+
+    async def patch_pod(self, namespace: str, name: str, patch: dict[str, Any]) -> None:
+        """A merge patch of one pod's metadata (deletion cost, hot standby promotion)."""
+        await self._call(
+            self.core.patch_namespaced_pod, name, namespace, patch, _content_type=MERGE_PATCH
+        )
+
+    async def delete_pod(self, namespace: str, name: str) -> None:
+        """Delete one pod gracefully (its own terminationGracePeriodSeconds and preStop)."""
+        with contextlib.suppress(NotFound):
+            await self._call(self.core.delete_namespaced_pod, name, namespace)
 
     async def read_secret(self, namespace: str, name: str) -> dict[str, str]:
         obj = await self._call(self.core.read_namespaced_secret, name, namespace)

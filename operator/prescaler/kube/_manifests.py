@@ -25,6 +25,8 @@ PLACEHOLDER_PRIORITY_VALUE = -10
 ROLE_PRE_PULL = "image-pre-pull"
 ROLE_PLACEHOLDER = "placeholder"
 ROLE_HOT = "hot-standby"
+ROLE_PROMOTED = "promoted"
+"""A hot standby pod taken into the target's Service (see :func:`promotion_patch`)."""
 
 
 def object_name(pool: str, role: str) -> str:
@@ -160,6 +162,20 @@ def hot_standby_deployment(
             "spec": {"replicas": replicas, "selector": {"matchLabels": labels}, "template": pod},
         }
     )
+
+
+def promotion_patch(owner: ObjectRef, template: dict[str, Any]) -> dict[str, Any]:
+    """The merge patch that promotes a hot standby pod into the target's Service.
+
+    It gains the target template's labels (so every Service that selects the target's
+    pods selects it) and the role ``promoted`` (so the hot standby ReplicaSet no longer
+    selects it and starts a replacement: the standby refills). Its owner becomes the pool
+    (so deleting the pool removes it). The target's own ReplicaSet never adopts it: that
+    one also selects on ``pod-template-hash``, which the pod lacks.
+    """
+    labels = dict((template.get("metadata") or {}).get("labels") or {})
+    labels.update({POOL_LABEL: owner.name, ROLE_LABEL: ROLE_PROMOTED})
+    return {"metadata": {"labels": labels, "ownerReferences": [owner.owner_reference()]}}
 
 
 def placeholder_priority_class(name: str) -> dict[str, Any]:

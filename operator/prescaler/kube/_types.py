@@ -67,11 +67,27 @@ class Hpa:
 
 @dataclass(frozen=True, slots=True)
 class PodStart:
-    """One pod's start: creation and, once Ready, the time it became Ready (unix s)."""
+    """One pod of a workload as scaling sees it: its start (creation, scheduling and, once
+    Ready, the time it became Ready, unix s) and its state now."""
 
     name: str
     created: float
     ready_at: float | None
+    scheduled_at: float | None = None
+    """When the scheduler bound it to a node (``PodScheduled`` turned True)."""
+    unschedulable: str | None = None
+    """The scheduler's message while no node can take it (``PodScheduled=False``, reason
+    ``Unschedulable``); ``None`` otherwise."""
+    terminating: bool = False
+    """It has a deletion timestamp: on its way out, no longer capacity."""
+    deletion_cost: int | None = None
+    """Its ``controller.kubernetes.io/pod-deletion-cost`` annotation, if any."""
+    role: str | None = None
+    """Its ``prescaler.io/role`` label (hot standby pods), if any."""
+
+    @property
+    def ready(self) -> bool:
+        return self.ready_at is not None and not self.terminating
 
 
 @dataclass(frozen=True, slots=True)

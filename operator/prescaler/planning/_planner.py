@@ -25,6 +25,17 @@ The rules, in order:
 6. **Standby.** Warm standby covers the gap between the plan and the most the horizon may
    ask for (the forecast's upper peak, and any window opening within it), so a surprise
    beyond the lookahead, or a window's pre-warm, starts from a warm node.
+7. **No node, no more replicas.** Replicas the scheduler cannot place (Pending,
+   ``Unschedulable``) are not arriving capacity. While any exist, a scale-up holds: more
+   replicas would only queue behind them. (A scale-down removes them first.)
+8. **Idle pools reach zero, and only they.** The plan goes from one replica to zero only
+   with ``min_replicas`` 0 and demand witnessed zero or absent for a whole stabilization
+   period (``FleetState.idle_seconds``). Such an idle pool may also shrink without a usable
+   forecast (an absent series has no history to forecast from). Anything else that asks
+   for a replica (forecast, window) still does.
+9. **Hot standby.** While the replicas ready (plus hot pods already promoted) fall short
+   of the plan, ready hot standby pods are promoted into the Service; promoted pods are
+   retired once the target's own ready replicas cover the plan without them.
 
 The planner never talks to a cluster: applying a plan is someone else's job.
 """
@@ -129,6 +140,15 @@ class FleetState:
     last_scale_down_at: float | None = None
     observed_requests_per_second: float | None = None
     """Latest measured demand; ``None`` when metrics are missing."""
+    unschedulable_replicas: int = 0
+    """Replicas of the target no node can take now (Pending, ``Unschedulable``)."""
+    idle_seconds: float | None = None
+    """How long demand has been zero or its series absent, as witnessed (``None``: it
+    is not, or it is not known)."""
+    hot_ready_replicas: int = 0
+    """Ready hot standby pods, not yet promoted."""
+    promoted_replicas: int = 0
+    """Hot standby pods promoted into the Service and still serving."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,6 +184,14 @@ class ScalePlan:
     forecast_peak_requests_per_second: float | None
     """Largest upper-quantile demand inside the lookahead."""
     active_windows: tuple[str, ...] = ()
+    unschedulable_replicas: int = 0
+    """Replicas no node can take (a scale-up holds while there are any)."""
+    idle: bool = False
+    """Demand zero or absent for a whole stabilization period (``min_replicas`` 0)."""
+    promote_replicas: int = 0
+    """Hot standby pods to promote into the Service now."""
+    retire_replicas: int = 0
+    """Promoted pods no longer needed (the target's own ready replicas cover the plan)."""
 
     @property
     def changed(self) -> bool:
@@ -247,12 +275,32 @@ def plan(inputs: PlanInputs) -> ScalePlan:
         target = policy.max_replicas
 
     current = fleet.current_replicas
+    period = policy.scale_down_stabilization_seconds
+    idle = (
+        policy.min_replicas == 0 and fleet.idle_seconds is not None and fleet.idle_seconds >= period
+    )
+    if idle:
+        why += f" (idle: no demand for {fleet.idle_seconds:.0f}s)"
+    elif target == 0 and current > 0:
+        target = 1
+        why += f"; zero only after {period:.0f}s of zero or absent demand"
     hard_floor = min(max(window_floor, policy.min_replicas), policy.max_replicas)
     blind = policy.scale_down_requires_observation and not seen
-    may_shrink = (usable and not blind) or not inputs.forecast_expected
+    may_shrink = (usable and not blind) or not inputs.forecast_expected or idle
     desired, action, reason = _pace(inputs, target, hard_floor, may_shrink, why)
-    if action == "hold" and usable and blind and inputs.forecast_expected:
+    if action == "hold" and usable and blind and inputs.forecast_expected and not idle:
         reason = f"hold {current}: no observed demand, so no scale-down"
+    stuck = fleet.unschedulable_replicas
+    if action == "scale_up" and stuck > 0:
+        desired, action = current, "hold"
+        reason = (
+            f"hold {current} (target {target}): {stuck} replicas cannot be scheduled "
+            f"(no node has room), more would only queue: {why}"
+        )
+
+    serving = fleet.ready_replicas + fleet.promoted_replicas
+    promote = min(fleet.hot_ready_replicas, max(0, desired - serving))
+    retire = min(fleet.promoted_replicas, max(0, serving - desired))
 
     standby = 0
     if policy.standby_max_replicas > 0:
@@ -280,6 +328,10 @@ def plan(inputs: PlanInputs) -> ScalePlan:
         forecast_usable=usable,
         forecast_peak_requests_per_second=peak,
         active_windows=window_names,
+        unschedulable_replicas=stuck,
+        idle=idle,
+        promote_replicas=promote,
+        retire_replicas=retire,
     )
 
 

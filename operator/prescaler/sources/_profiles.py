@@ -41,6 +41,9 @@ class Queries:
     waiting: str
     context_tokens: str
     """Context length (prompt + output) at the planning quantile."""
+    running_by_pod: str = ""
+    """Requests running now per pod: one series per pod, labelled ``pod``. Read only
+    before a scale-down, to set pod deletion costs (not part of a snapshot)."""
     rate_window_seconds: float = 120.0
     """The rate window ``$window`` was rendered with, in seconds."""
     requests_per_second_template: str | None = None
@@ -99,6 +102,7 @@ PROFILES: dict[str, Queries] = {
         prompt_tokens_per_second="sum(rate(vllm:prompt_tokens_total$sel[$window]))",
         output_tokens_per_second="sum(rate(vllm:generation_tokens_total$sel[$window]))",
         running="sum(vllm:num_requests_running$sel)",
+        running_by_pod="sum by (pod) (vllm:num_requests_running$sel)",
         waiting="sum(vllm:num_requests_waiting$sel)",
         context_tokens=_context(
             "vllm:request_prompt_tokens_bucket",
@@ -111,6 +115,7 @@ PROFILES: dict[str, Queries] = {
         prompt_tokens_per_second="sum(rate(sglang:prompt_tokens_total$sel[$window]))",
         output_tokens_per_second="sum(rate(sglang:generation_tokens_total$sel[$window]))",
         running="sum(sglang:num_running_reqs$sel)",
+        running_by_pod="sum by (pod) (sglang:num_running_reqs$sel)",
         waiting="sum(sglang:num_queue_reqs$sel)",
         context_tokens=_context(
             "sglang:prompt_tokens_histogram_bucket",
@@ -123,6 +128,7 @@ PROFILES: dict[str, Queries] = {
         prompt_tokens_per_second="sum(rate(tgi_request_input_length_sum$sel[$window]))",
         output_tokens_per_second="sum(rate(tgi_request_generated_tokens_sum$sel[$window]))",
         running="sum(tgi_batch_current_size$sel)",
+        running_by_pod="sum by (pod) (tgi_batch_current_size$sel)",
         waiting="sum(tgi_queue_size$sel)",
         context_tokens=_context(
             "tgi_request_input_length_bucket",
@@ -154,7 +160,10 @@ def render_queries(
     window_seconds = parse_duration(window)
     sel = "{" + selector.strip().strip("{}") + "}" if selector.strip().strip("{}") else ""
     values = {"sel": sel, "window": window, "quantile": f"{quantile:g}"}
-    rendered = {name: Template(text).substitute(values) for name, text in profile.items()}
+    rendered: dict[str, str] = {
+        name: Template(text).substitute(values) for name, text in profile.items()
+    }
+    rendered["running_by_pod"] = Template(profile.running_by_pod).substitute(values)
     rps_template: str | None = Template(profile.requests_per_second).safe_substitute(
         sel=sel, quantile=values["quantile"]
     )

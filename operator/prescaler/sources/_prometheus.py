@@ -63,6 +63,9 @@ class Snapshot:
     context_tokens: float | None = None
     problems: tuple[str, ...] = field(default_factory=tuple)
     """Why values are missing, one line each."""
+    demand_absent: bool = False
+    """Prometheus answered the requests/s query with no series at all (nothing exported,
+    or the series vanished), as opposed to an error or a garbage value."""
 
     @property
     def available(self) -> bool:
@@ -147,26 +150,43 @@ class PrometheusSource:
     def close(self) -> None:
         self._prom.close()
 
-    def _instant(self, name: QueryName, query: str, at: float) -> float | None:
+    def _query(self, name: QueryName, query: str, at: float) -> Any:
         try:
-            result = self._prom.custom_query(query, params={"time": f"{at:.3f}"})
+            return self._prom.custom_query(query, params={"time": f"{at:.3f}"})
         except PrometheusApiClientException as exc:
             raise _classify(name, query, exc) from None
         except (requests.RequestException, ValueError) as exc:
             raise MetricsUnavailable(f"query {name}: {exc}") from None
-        return _instant_value(result)
 
     def snapshot(self, at: float) -> Snapshot:
         """Every quantity at ``at``. Raises :class:`PromQLError` for a malformed query and
         :class:`MetricsUnavailable` when the server cannot be reached."""
         values: dict[str, float | None] = {}
         problems: list[str] = []
+        absent = False
         for name, query in self.queries.items():
-            value = self._instant(name, query, at)
+            result = self._query(name, query, at)
+            value = _instant_value(result)
             if value is None:
                 problems.append(f"{name}: no data or not a finite number >= 0")
+            if name == "requests_per_second":
+                absent = isinstance(result, list) and not result
             values[name] = value
-        return Snapshot(at=at, problems=tuple(problems), **values)
+        return Snapshot(at=at, problems=tuple(problems), demand_absent=absent, **values)
+
+    def running_by_pod(self, at: float) -> dict[str, float]:
+        """Requests running now on each pod (by the ``pod`` label); pods without a finite
+        value >= 0 are left out. Raises like :meth:`snapshot`."""
+        result = self._query("running", self.queries.running_by_pod, at)
+        running: dict[str, float] = {}
+        for series in result if isinstance(result, list) else []:
+            if not isinstance(series, dict):
+                continue
+            pod = (series.get("metric") or {}).get("pod")
+            value = _finite((series.get("value") or [None, None])[-1])
+            if isinstance(pod, str) and value is not None:
+                running[pod] = running.get(pod, 0.0) + value
+        return running
 
     def history(self, start: float, end: float, step_seconds: float) -> pd.Series:
         """Mean requests/s of each ``step_seconds`` interval, indexed by the interval's START.
