@@ -26,10 +26,18 @@ import signal
 import sys
 import time
 from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from threading import Thread
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    generate_latest,
+)
 
 RECORD_COLUMNS = (
     "t",
@@ -121,6 +129,28 @@ class Metrics:
         self._pods = set(ready)
 
 
+def serve(registry: CollectorRegistry, port: int) -> tuple[ThreadingHTTPServer, Thread]:
+    """``/metrics`` in the classic text format (0.0.4) whatever the scraper asks for: the
+    OpenMetrics negotiation would escape the colons of vLLM's metric names."""
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            body = generate_latest(registry)
+            self.send_response(200)
+            self.send_header("Content-Type", CONTENT_TYPE_LATEST)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *_: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
+    thread = Thread(target=server.serve_forever, name="metrics", daemon=True)
+    thread.start()
+    return server, thread
+
+
 def ready_pods(core: Any, namespace: str, deployment: str) -> set[str]:
     pods = core.list_namespaced_pod(namespace, label_selector=f"app={deployment}").items
     ready: set[str] = set()
@@ -139,7 +169,7 @@ def run(config: FleetConfig) -> None:
 
     registry = CollectorRegistry()
     metrics = Metrics(registry)
-    server, thread = start_http_server(config.port, addr="127.0.0.1", registry=registry)
+    server, thread = serve(registry, config.port)
     api = kube_config.new_client_from_config(config_file=config.kubeconfig)  # type: ignore[no-untyped-call]
     core: Any = client.CoreV1Api(api)
     stop = False
