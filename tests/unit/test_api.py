@@ -70,7 +70,7 @@ def test_measured_context_is_clamped_to_the_model_maximum() -> None:
         (_spec(mode="sideways"), "spec.mode"),
         (
             _spec(model={"tokensPerSecond": 1, "preset": "llama-3.1-405b", "gpuMemoryGiB": 24}),
-            "leaves no memory",
+            "spec.model: model llama-3.1-405b does not fit on 1 x 24 GiB",
         ),
         (
             _spec(model={"tokensPerSecond": 1, "preset": "llama-3.1-8b"}),

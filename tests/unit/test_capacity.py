@@ -8,6 +8,7 @@ from prescaler.capacity import (
     GIB,
     PRESETS,
     CapacityModel,
+    ModelDoesNotFit,
     ReplicaSpec,
     TokenProfile,
     get_preset,
@@ -78,10 +79,11 @@ def test_max_concurrency_follows_the_formula() -> None:
     assert replica.max_concurrent_requests(4096) == free // (327_680 * 4096) == 121
 
 
-def test_concurrency_is_zero_when_weights_do_not_fit() -> None:
+def test_weights_that_do_not_fit_are_refused_not_zero() -> None:
     replica = ReplicaSpec(get_preset("llama-3.1-405b"), gpu_memory_gib=80, gpus_per_replica=4)
-    assert replica.max_concurrent_requests(4096) == 0
-    with pytest.raises(ValueError, match="no memory for the KV cache"):
+    with pytest.raises(ModelDoesNotFit, match="does not fit on 4 x 80 GiB"):
+        replica.max_concurrent_requests(4096)
+    with pytest.raises(ModelDoesNotFit, match="does not fit on 4 x 80 GiB"):
         CapacityModel(TokenProfile(1000, 500), replica=replica, tokens_per_second=1000)
 
 

@@ -264,3 +264,16 @@ def test_a_pool_with_a_forecast_but_no_data_never_shrinks() -> None:
     assert status["plan"]["action"] == "hold"
     assert _condition(status, "MetricsAvailable")["status"] == "False"
     assert _condition(status, "ForecastHealthy")["status"] == "False"
+
+
+def test_a_model_that_does_not_fit_is_invalid_with_the_capacity_message() -> None:
+    kube = _kube()
+    model = {"preset": "llama-3.1-70b", "gpuMemoryGiB": 80, "gpusPerReplica": 1,
+             "tokensPerSecond": 3000, "contextTokens": 4096}  # fmt: skip
+    status = _run(_reconciler(kube), _spec(model=model))
+    invalid = _condition(status, "Invalid")
+    assert (invalid["status"], invalid["reason"]) == ("True", "InvalidSpec")
+    assert invalid["message"].startswith("spec.model: model llama-3.1-70b does not fit on 1 x")
+    assert [e[:2] for e in kube.events] == [("Warning", "InvalidSpec")]
+    assert kube.events[0][2] == invalid["message"]
+    assert kube.calls == []

@@ -14,6 +14,13 @@ By Little's law a replica's memory limit in requests/s is ``concurrency / latenc
 one request's latency is its prefill at the replica's throughput plus its output at the
 per-request decode speed (the inter-token latency target). The compute limit is
 ``tokens_per_second / (prompt + output tokens)``. The smaller one binds.
+
+**A model that does not fit is refused, by one rule.** A replica must hold its weights, its
+overhead and the KV cache of at least one request at the planning context within its
+usable memory; otherwise :meth:`ReplicaSpec.check_fits` raises :class:`ModelDoesNotFit`,
+which says what does not fit, by how much and what to change. Every path that asks for a
+replica's concurrency goes through it, so the CLI, the backtest and the operator refuse
+the same models with the same message.
 """
 
 from __future__ import annotations
@@ -29,6 +36,49 @@ Constraint = Literal["memory", "compute", "schedule", "floor"]
 
 # A requirement is rounded up, but float noise must not turn 3.0000000001 into 4.
 _ROUNDING_SLACK = 1e-9
+# Replica counts are int32 in Kubernetes: a requirement beyond that saturates.
+MAX_REPLICAS = 2**31 - 1
+
+
+def _gib(value: float) -> str:
+    return f"{value / GIB:,.1f} GiB"
+
+
+class ModelDoesNotFit(ValueError):
+    """A replica's usable GPU memory cannot hold the weights, the overhead and the KV cache
+    of one request at the planning context."""
+
+    def __init__(
+        self,
+        replica: ReplicaSpec,
+        context_tokens: int,
+        needed_bytes: int,
+        min_gpus: int | None,
+    ) -> None:
+        self.context_tokens = context_tokens
+        self.needed_bytes = needed_bytes
+        self.usable_bytes = replica.usable_bytes
+        self.shortfall_bytes = needed_bytes - replica.usable_bytes
+        self.min_gpus_per_replica = min_gpus
+        model = replica.model
+        one_request = model.kv_bytes_per_token * context_tokens
+        fixes = []
+        if min_gpus is not None and min_gpus <= 1024:
+            fixes.append(f"at least {min_gpus} GPUs per replica")
+        fixes += [
+            "GPUs with more memory",
+            "a smaller weight dtype",
+            "a shorter context",
+        ]
+        super().__init__(
+            f"model {model.name} does not fit on {replica.gpus_per_replica} x "
+            f"{replica.gpu_memory_gib:g} GiB: weights {_gib(model.weight_bytes)} + overhead "
+            f"{_gib(replica.overhead_bytes)} + the KV cache of one {context_tokens}-token "
+            f"request {_gib(one_request)} need {_gib(needed_bytes)}, but only "
+            f"{_gib(replica.usable_bytes)} is usable at memory utilization "
+            f"{replica.memory_utilization:g} ({_gib(self.shortfall_bytes)} short); "
+            f"use {', '.join(fixes[:-1])} or {fixes[-1]}"
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,8 +125,12 @@ class ReplicaSpec:
         """Memory left for the KV cache once weights and overhead are loaded (may be < 0)."""
         return self.usable_bytes - self.model.weight_bytes - self.overhead_bytes
 
-    def max_concurrent_requests(self, context_tokens: int) -> int:
-        """Requests of ``context_tokens`` tokens whose KV cache fits at once."""
+    def check_fits(self, context_tokens: int) -> None:
+        """Refuse a replica that cannot serve even one request of ``context_tokens``.
+
+        The one rule for a model that does not fit: weights + overhead + the KV cache of one
+        request at the context must fit in the usable memory, else :class:`ModelDoesNotFit`.
+        """
         if context_tokens <= 0:
             raise ValueError("context tokens must be > 0")
         if context_tokens > self.model.max_context_tokens:
@@ -84,8 +138,24 @@ class ReplicaSpec:
                 f"context tokens {context_tokens} exceed the maximum context "
                 f"{self.model.max_context_tokens} of {self.model.name}"
             )
-        if self.kv_cache_bytes <= 0:
-            return 0
+        one_request = self.model.kv_bytes_per_token * context_tokens
+        needed = self.model.weight_bytes + self.overhead_bytes + one_request
+        if needed <= self.usable_bytes:
+            return
+        # GPUs per replica that would fit (the weights shard, the overhead is per GPU).
+        per_gpu = self.gpu_memory_gib * GIB * self.memory_utilization
+        per_gpu -= self.overhead_gib_per_gpu * GIB
+        min_gpus = (
+            math.ceil((self.model.weight_bytes + one_request) / per_gpu) if per_gpu > 0 else None
+        )
+        raise ModelDoesNotFit(self, context_tokens, needed, min_gpus)
+
+    def max_concurrent_requests(self, context_tokens: int) -> int:
+        """Requests of ``context_tokens`` tokens whose KV cache fits at once (>= 1).
+
+        Raises :class:`ModelDoesNotFit` when not even one fits (see :meth:`check_fits`).
+        """
+        self.check_fits(context_tokens)
         return self.kv_cache_bytes // (self.model.kv_bytes_per_token * context_tokens)
 
 
@@ -102,6 +172,8 @@ class TokenProfile:
     ``None`` means the mean prompt plus output, rounded up."""
 
     def __post_init__(self) -> None:
+        if not (math.isfinite(self.prompt_tokens) and math.isfinite(self.output_tokens)):
+            raise ValueError("token counts must be finite numbers")
         if self.prompt_tokens < 0 or self.output_tokens < 0:
             raise ValueError("token counts must be >= 0")
         if self.prompt_tokens + self.output_tokens <= 0:
@@ -152,11 +224,8 @@ class CapacityModel:
             raise ValueError("headroom must be >= 1")
         if self.throughput is None:
             raise ValueError("replica tokens per second is required (measure it on the engine)")
-        if self.replica is not None and self.max_concurrent_requests_per_replica == 0:
-            raise ValueError(
-                f"{self.replica.model.name} leaves no memory for the KV cache on "
-                f"{self.replica.gpus_per_replica} x {self.replica.gpu_memory_gib} GiB"
-            )
+        if self.replica is not None:
+            self.replica.check_fits(self.tokens.planning_context_tokens)
 
     @property
     def throughput(self) -> float | None:
@@ -210,14 +279,28 @@ class CapacityModel:
         """Replicas that serve ``requests_per_second`` with headroom, rounded up."""
         if math.isnan(requests_per_second) or requests_per_second < 0:
             raise ValueError(f"demand must be a number >= 0, got {requests_per_second}")
-        memory = requests_per_second / self.memory_requests_per_second
-        compute = requests_per_second / self.compute_requests_per_second
+        memory = _replicas_for(requests_per_second, self.memory_requests_per_second)
+        compute = _replicas_for(requests_per_second, self.compute_requests_per_second)
         exact = max(memory, compute) * self.headroom
         constraint: Constraint = "memory" if memory > compute else "compute"
-        replicas = math.ceil(exact - _ROUNDING_SLACK) if exact > 0 else 0
+        if not exact > 0:
+            replicas = 0
+        elif exact >= MAX_REPLICAS:
+            replicas = MAX_REPLICAS  # an absurd demand or throughput: saturate, don't overflow
+        else:
+            replicas = math.ceil(exact - _ROUNDING_SLACK)
         return Requirement(replicas, exact, constraint, memory, compute)
 
     def _throughput(self) -> float:
         throughput = self.throughput
         assert throughput is not None  # checked in __post_init__
         return throughput
+
+
+def _replicas_for(requests_per_second: float, per_replica: float) -> float:
+    """Demand over one replica's rate; no demand needs none, a rate of 0 needs infinitely many."""
+    if requests_per_second == 0:
+        return 0.0
+    if not per_replica > 0:
+        return math.inf
+    return requests_per_second / per_replica
