@@ -7,6 +7,7 @@ which the operator turns into condition ``Invalid``.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
@@ -102,10 +103,12 @@ def capacity_model(
     """
     model = spec.model
     replica = replica_spec(model)
+    if not _measurable(prompt_tokens) or not _measurable(output_tokens):
+        prompt_tokens = output_tokens = None  # a garbage measurement is no measurement
     prompt = prompt_tokens if prompt_tokens is not None else model.prompt_tokens
     output = output_tokens if output_tokens is not None else model.output_tokens
     context: int | None = model.context_tokens
-    if context is None and context_tokens is not None and context_tokens > 0:
+    if context is None and _measurable(context_tokens) and context_tokens and context_tokens > 0:
         context = max(1, round(context_tokens))
         if replica is not None:
             context = min(context, replica.model.max_context_tokens)
@@ -130,6 +133,11 @@ def capacity_model(
         raise
     except ValueError as exc:
         raise SpecError(f"spec.model: {exc}") from None
+
+
+def _measurable(value: float | None) -> bool:
+    """``None`` (not measured) or a finite number >= 0; NaN, Inf and negatives are not."""
+    return value is None or (math.isfinite(value) and value >= 0)
 
 
 def scaling_policy(spec: InferencePoolSpec) -> ScalingPolicy:

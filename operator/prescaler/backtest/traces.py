@@ -66,6 +66,10 @@ DEFAULT_REQUEST_STEP_SECONDS = 60.0
 
 _CHUNK_ROWS = 500_000
 
+#: Most bins a loaded trace may have (a year at 3-second bins): a file whose timestamps span
+#: more is refused, so a typo such as a millisecond timestamp cannot exhaust memory.
+MAX_BINS = 10_000_000
+
 FloatArray = np.ndarray
 
 
@@ -166,6 +170,10 @@ class Trace:
         """The same trace on another bin width (time-weighted means; NaN parts ignored)."""
         if math.isclose(step_seconds, self.step_seconds):
             return self
+        if not len(self.rps) * self.step_seconds / step_seconds < MAX_BINS:
+            raise TraceError(
+                f"resampling to {step_seconds:g} s would make more than {MAX_BINS:,} bins"
+            )
         edges = self.start + np.arange(0.0, len(self.rps) * self.step_seconds + 1e-9, step_seconds)
         if edges[-1] < self.end - 1e-9:
             edges = np.append(edges, edges[-1] + step_seconds)
@@ -289,7 +297,11 @@ def _parse_times(values: pd.Series, path: Path, column: str) -> FloatArray:
     text = values.astype(str).str.strip()
     numeric = pd.to_numeric(text, errors="coerce")
     if numeric.notna().all():
-        return numeric.to_numpy(dtype=float)
+        seconds = numeric.to_numpy(dtype=float)
+        if not np.isfinite(seconds).all():
+            bad = text[~np.isfinite(seconds)].iloc[0]
+            raise TraceError(f"{path}: column {column}: not a finite timestamp: {bad!r}")
+        return seconds
     try:
         parsed = pd.to_datetime(text, format="ISO8601", utc=True)
     except (ValueError, TypeError):
@@ -315,9 +327,35 @@ def _parse_numbers(
     if bad.any():
         raise TraceError(f"{path}: column {column}: not a number: {values[bad].iloc[0]!r}")
     arr = numbers.to_numpy(dtype=float)
+    if np.isinf(arr).any():
+        bad = values[np.isinf(arr)].iloc[0]
+        raise TraceError(f"{path}: column {column}: not a finite number: {bad!r}")
     if (arr[np.isfinite(arr)] < 0).any():
         raise TraceError(f"{path}: column {column}: negative value")
     return arr
+
+
+#: Longest plausible request, in tokens: a bigger count is a broken file, not a request.
+MAX_TOKENS = 2**31
+#: Highest plausible rate, requests/s: a bigger one is a broken file (and would overflow).
+MAX_RATE = 1e12
+
+
+def _parse_tokens(values: pd.Series, path: Path, column: str) -> FloatArray:
+    arr = _parse_numbers(values, path, column)
+    if (arr > MAX_TOKENS).any():
+        raise TraceError(f"{path}: column {column}: more than {MAX_TOKENS:,} tokens in a request")
+    return arr
+
+
+def _check_span(path: Path, first: float, last: float, step: float) -> None:
+    """Refuse a trace whose timestamps span more than :data:`MAX_BINS` bins of ``step``."""
+    bins = (last - first) / step
+    if not bins < MAX_BINS:
+        raise TraceError(
+            f"{path}: timestamps span {last - first:.6g} s, more than {MAX_BINS:,} bins of "
+            f"{step:g} s (a timestamp in the wrong unit?)"
+        )
 
 
 def _check_order(times: FloatArray, path: Path, *, allow_duplicates: bool, last: float) -> None:
@@ -356,13 +394,14 @@ def _load_requests(
         if chunk.empty:
             continue
         t = _parse_times(chunk[t_col], path, t_col)
-        p = _parse_numbers(chunk[p_col], path, p_col)
-        o = _parse_numbers(chunk[o_col], path, o_col)
+        p = _parse_tokens(chunk[p_col], path, p_col)
+        o = _parse_tokens(chunk[o_col], path, o_col)
         _check_order(t, path, allow_duplicates=True, last=last)
         last = float(t[-1])
         if origin is None:
             # Bins start on whole multiples of the bin width (18:17:03.9 -> 18:17:00).
             origin = math.floor(float(t[0]) / raw_step) * raw_step
+        _check_span(path, origin, float(t[-1]), raw_step)
         idx = np.floor((t - origin) / raw_step).astype(np.int64)
         size = int(idx[-1]) + 1
         if size > counts.size:
@@ -410,6 +449,7 @@ def _grid(
     native = float(diffs.min()) if step is None else step
     if native <= 0:
         raise TraceError(f"{path}: duplicate timestamp")
+    _check_span(path, float(times[0]), float(times[-1]), native)
     pos = (times - times[0]) / native
     idx = np.rint(pos).astype(np.int64)
     if np.abs(pos - idx).max() > 0.01:
@@ -446,6 +486,8 @@ def _load_rate(
     step, grid = _grid(times, values, path, native_step if times.size == 1 else None)
     if count_per_row:
         grid = grid / step
+    if (grid[np.isfinite(grid)] > MAX_RATE).any():
+        raise TraceError(f"{path}: column {v_col}: a rate above {MAX_RATE:g} requests/s")
     if zero_is_gap:
         grid = np.where(grid == 0, np.nan, grid)
     return Trace(start=float(times[0]), step_seconds=step, rps=grid, name=path.name)
@@ -558,7 +600,7 @@ def _read_pdf(path: Path) -> tuple[FloatArray, FloatArray]:
     data = pd.read_csv(path)
     if data.empty:
         raise TraceError(f"{path}: empty file (no rows)")
-    values = _parse_numbers(data["tokens"], path, "tokens")
+    values = _parse_tokens(data["tokens"], path, "tokens")
     weights = _parse_numbers(data["weight"], path, "weight")
     if not weights.sum() > 0:
         raise TraceError(f"{path}: weights sum to zero")
@@ -599,8 +641,8 @@ def load_token_mix(path: str | Path) -> TokenMix:
     prompts: list[FloatArray] = []
     outputs: list[FloatArray] = []
     for chunk in _chunks(p, cols):
-        prompts.append(_parse_numbers(chunk[cols[0]], p, cols[0]))
-        outputs.append(_parse_numbers(chunk[cols[1]], p, cols[1]))
+        prompts.append(_parse_tokens(chunk[cols[0]], p, cols[0]))
+        outputs.append(_parse_tokens(chunk[cols[1]], p, cols[1]))
     if not prompts or sum(len(a) for a in prompts) == 0:
         raise TraceError(f"{p}: empty file (no requests)")
     pv = np.concatenate(prompts)

@@ -14,7 +14,7 @@ from datetime import datetime, timedelta
 from itertools import takewhile
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from croniter import croniter
+from croniter import CroniterError, croniter
 
 from prescaler_forecast import EventWindow
 
@@ -83,6 +83,13 @@ class ScheduledWindow:
         if self.cron is not None:
             if not croniter.is_valid(self.cron):
                 raise ValueError(f"window {self.name!r}: invalid cron expression {self.cron!r}")
+            try:
+                croniter(self.cron, datetime(2000, 1, 1)).get_next(datetime)
+            except CroniterError:
+                raise ValueError(
+                    f"window {self.name!r}: cron expression {self.cron!r} never fires "
+                    "(no such date)"
+                ) from None
             if self.duration_seconds is None or self.duration_seconds <= 0:
                 raise ValueError(f"window {self.name!r}: a cron window needs a duration > 0")
 
@@ -114,10 +121,13 @@ class ScheduledWindow:
         duration = timedelta(seconds=self.duration_seconds)
         # Start early enough to catch an occurrence that began before `since` and is still on.
         first = datetime.fromtimestamp(since - self.duration_seconds, zone)
-        for start in croniter(self.cron, first, ret_type=datetime):
-            occurrence = self._occurrence(start, start + duration)
-            if occurrence.end > since:
-                yield occurrence
+        try:
+            for start in croniter(self.cron, first, ret_type=datetime):
+                occurrence = self._occurrence(start, start + duration)
+                if occurrence.end > since:
+                    yield occurrence
+        except CroniterError:
+            return  # no further date matches (e.g. a year field in the past)
 
     def occurrences(self, since: float, until: float) -> list[Occurrence]:
         """Occurrences whose span ``[start - lead, end)`` overlaps ``[since, until]``."""

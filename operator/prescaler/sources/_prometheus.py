@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -90,23 +90,44 @@ class Snapshot:
 
 
 def _finite(value: Any) -> float | None:
+    if isinstance(value, bool):
+        return None
     try:
         number = float(value)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         return None
     if not math.isfinite(number) or number < 0:
         return None
     return number
 
 
-def _instant_value(result: Sequence[Mapping[str, Any]]) -> float | None:
-    """The sum of an instant vector (or the scalar), or ``None`` when empty or garbage."""
-    if isinstance(result, list) and len(result) == 2 and not isinstance(result[0], dict):
-        return _finite(result[1])  # a scalar result: [ts, "value"]
-    values = [_finite(series.get("value", [None, None])[1]) for series in result]
-    if not values or any(v is None for v in values):
+def _sample(pair: Any) -> tuple[float, float] | None:
+    """A ``[timestamp, "value"]`` pair as two finite numbers (the value >= 0), else ``None``."""
+    if not isinstance(pair, list | tuple) or len(pair) != 2:
         return None
-    return sum(v for v in values if v is not None)
+    value = _finite(pair[1])
+    if isinstance(pair[0], bool):
+        return None
+    try:
+        stamp = float(pair[0])
+    except (TypeError, ValueError, OverflowError):
+        return None
+    if value is None or not math.isfinite(stamp):
+        return None
+    return stamp, value
+
+
+def _instant_value(result: Any) -> float | None:
+    """The sum of an instant vector (or the scalar), or ``None`` when empty or garbage."""
+    if not isinstance(result, list):
+        return None
+    if len(result) == 2 and not isinstance(result[0], dict):
+        sample = _sample(result)  # a scalar result: [ts, "value"]
+        return sample[1] if sample is not None else None
+    samples = [_sample(s.get("value")) if isinstance(s, dict) else None for s in result]
+    if not samples or any(s is None for s in samples):
+        return None
+    return sum(s[1] for s in samples if s is not None)
 
 
 _STATUS = re.compile(r"HTTP Status Code (\d+)")
@@ -124,6 +145,32 @@ def _classify(name: str, query: str, exc: Exception) -> SourceError:
     return MetricsUnavailable(f"query {name}: {text[:300]}")
 
 
+class _CheckedPrometheus(PrometheusConnect):  # type: ignore[misc]
+    """The client, with its answers checked: a 200 whose body is not the API's JSON
+    envelope around a list raises :class:`MetricsUnavailable` instead of ``KeyError`` or
+    ``TypeError`` from deep inside the client."""
+
+    def custom_query(self, *args: Any, **kwargs: Any) -> Any:
+        return _checked(lambda: super(_CheckedPrometheus, self).custom_query(*args, **kwargs))
+
+    def custom_query_range(self, *args: Any, **kwargs: Any) -> Any:
+        return _checked(
+            lambda: super(_CheckedPrometheus, self).custom_query_range(*args, **kwargs)
+        )
+
+
+def _checked(call: Any) -> Any:
+    try:
+        result = call()
+    except (KeyError, TypeError, ValueError) as exc:
+        raise MetricsUnavailable(f"malformed answer from Prometheus: {exc!r}"[:300]) from None
+    if not isinstance(result, list):
+        raise MetricsUnavailable(
+            f"malformed answer from Prometheus: result is a {type(result).__name__}, not a list"
+        )
+    return result
+
+
 class PrometheusSource:
     """Reads one pool's queries from one Prometheus."""
 
@@ -138,7 +185,7 @@ class PrometheusSource:
         timeout_seconds: float = 10.0,
     ) -> None:
         self.queries = queries
-        self._prom = PrometheusConnect(
+        self._prom = _CheckedPrometheus(
             url=url.rstrip("/"),
             headers=dict(headers or {}),
             disable_ssl=not verify_tls,
@@ -267,12 +314,15 @@ class PrometheusSource:
                 raise _classify(name, query, exc) from None
             except (requests.RequestException, ValueError) as exc:
                 raise MetricsUnavailable(f"history: {exc}") from None
-            for series in result:
-                for ts, raw in series.get("values", []):
-                    value = _finite(raw)
-                    k = round((float(ts) - shift - first) / step)
-                    if value is not None and 0 <= k < count:
-                        sums[k] = sums.get(k, 0.0) + value
+            for series in result if isinstance(result, list) else []:
+                values = series.get("values") if isinstance(series, dict) else None
+                for pair in values if isinstance(values, list) else []:
+                    sample = _sample(pair)  # garbage samples are gaps, never zeros
+                    if sample is None:
+                        continue
+                    k = round((sample[0] - shift - first) / step)
+                    if 0 <= k < count:
+                        sums[k] = sums.get(k, 0.0) + sample[1]
         keys = sorted(sums)
         stamps = pd.to_datetime([first + k * step for k in keys], unit="s", utc=True)
         return pd.Series(
