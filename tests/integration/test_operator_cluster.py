@@ -250,34 +250,105 @@ def test_dry_run_changes_nothing_but_status(kube: Any, namespace: str, operator:
     assert [d.metadata.name for d in k.apps.list_namespaced_deployment(namespace).items] == ["llm"]
 
 
-BAD_SPECS: list[tuple[dict[str, Any], str]] = [
-    ({"minReplicas": 5, "maxReplicas": 2}, "minReplicas must not exceed maxReplicas"),
-    ({"mode": "hpaFloor"}, "mode hpaFloor goes with a HorizontalPodAutoscaler"),
-    ({"model": {"tokensPerSecond": 0}}, "tokensPerSecond"),
-    ({"model": {"tokensPerSecond": 10, "preset": "gpt-5"}}, "preset"),
-    ({"model": {"tokensPerSecond": 10, "preset": "llama-3.1-8b"}}, "gpuMemoryGiB is required"),
-    (
-        {
-            "schedules": [
-                {"name": "w", "start": "2030-01-01T00:00:00", "cron": "0 * * * *", "minReplicas": 1}
-            ]
-        },
-        "exactly one of start and cron",
-    ),
-    ({"schedules": [{"name": "w", "cron": "0 * * * *", "durationSeconds": 60}]}, "minReplicas or"),
-    ({"target": {"kind": "Pod", "name": "x"}}, "target.kind"),
-    ({"forecast": {"prometheus": {"url": "ftp://x"}}}, "url"),
-]
+def _window(**fields: Any) -> dict[str, Any]:
+    return {"schedules": [{"name": "w", "minReplicas": 1, **fields}]}
 
 
-def test_api_server_rejects_invalid_specs(kube: Any, namespace: str, crd: None) -> None:
+def _dated(start: str, end: str, **fields: Any) -> dict[str, Any]:
+    return _window(start=start, end=end, **fields)
+
+
+def _cron(cron: str, **fields: Any) -> dict[str, Any]:
+    return _window(cron=cron, durationSeconds=60, **fields)
+
+
+_PROM = {"prometheus": {"url": "http://prometheus:9090"}}
+
+# (id, pool name or None, spec change, fragment of the API server's 422 answer). Each case is
+# one create call that the CRD's schema or CEL rules must refuse.
+BAD_SPECS: list[tuple[str, str | None, dict[str, Any], str]] = [
+    ("negative-min", None, {"minReplicas": -1}, "spec.minReplicas"),
+    ("negative-max", None, {"maxReplicas": -3}, "spec.maxReplicas"),
+    ("huge-max", None, {"maxReplicas": 10**9}, "spec.maxReplicas"),
+    ("huge-window-min", None, _window(minReplicas=10**9), "minReplicas"),
+    ("min-above-max", None, {"minReplicas": 5, "maxReplicas": 2},
+     "minReplicas must not exceed maxReplicas"),
+    ("hpa-floor-on-deployment", None, {"mode": "hpaFloor"},
+     "mode hpaFloor goes with a HorizontalPodAutoscaler"),
+    ("zero-throughput", None, {"model": {"tokensPerSecond": 0}}, "tokensPerSecond"),
+    ("enum-mode", None, {"mode": "sideways"}, "spec.mode"),
+    ("enum-target-kind", None, {"target": {"kind": "Pod", "name": "x"}}, "target.kind"),
+    ("enum-preset", None, {"model": {"tokensPerSecond": 10, "preset": "gpt-5"}}, "preset"),
+    ("enum-engine", None, {"forecast": {**_PROM, "engine": "triton"}}, "engine"),
+    ("enum-forecast-model", None, {"forecast": {**_PROM, "model": "lstm"}}, "forecast.model"),
+    ("enum-scale-down", None, {"scaleDown": {"mode": "never"}}, "scaleDown.mode"),
+    ("preset-without-memory", None, {"model": {"tokensPerSecond": 10, "preset": "llama-3.1-8b"}},
+     "gpuMemoryGiB is required"),
+    ("start-and-cron", None, _window(start="2030-01-01T00:00:00", cron="0 * * * *"),
+     "exactly one of start and cron"),
+    ("window-without-demand", None,
+     {"schedules": [{"name": "w", "cron": "0 * * * *", "durationSeconds": 60}]},
+     "minReplicas or"),
+    ("end-before-start", None, _dated("2030-01-02T10:00:00", "2030-01-02T09:00:00"),
+     "end must be after start"),
+    ("end-equals-start", None, _dated("2030-01-02T10:00:00", "2030-01-02T10:00:00"),
+     "end must be after start"),
+    ("end-before-start-offsets", None,
+     _dated("2030-01-02T10:00:00+02:00", "2030-01-02T07:30:00Z"), "end must be after start"),
+    ("bad-zone-path", None, _cron("0 9 * * *", timeZone="../../etc/passwd"), "timeZone must"),
+    ("bad-zone-spaces", None, _cron("0 9 * * *", timeZone="Central European"), "timeZone must"),
+    ("cron-out-of-range", None, _cron("61 * * * *"), "cron must be five fields"),
+    ("cron-four-fields", None, _cron("* * * *"), "cron must be five fields"),
+    ("cron-six-fields", None, _cron("0 9 * * 1 2030"), "cron must be five fields"),
+    ("cron-garbage", None, _cron("every monday"), "cron must be five fields"),
+    ("long-pool-name", "p" * 64, {}, "metadata.name must be at most 63"),
+    ("long-target-name", None, {"target": {"name": "t" * 254}}, "spec.target.name"),
+    ("long-window-name", None, _window(name="w" * 64, cron="0 * * * *", durationSeconds=60),
+     "name"),
+    ("url-scheme", None, {"forecast": {"prometheus": {"url": "ftp://x"}}}, "url"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("name", "change", "fragment"),
+    [case[1:] for case in BAD_SPECS],
+    ids=[case[0] for case in BAD_SPECS],
+)
+def test_api_server_rejects_invalid_specs(
+    kube: Any, namespace: str, crd: None, name: str | None, change: dict[str, Any], fragment: str
+) -> None:
     k = _kube(kube, namespace)
     base: dict[str, Any] = {"target": {"name": "llm"}, "model": dict(MODEL)}
-    for i, (change, fragment) in enumerate(BAD_SPECS):
-        with pytest.raises(ApiException) as info:
-            k.create_pool(f"bad-{i}", {**base, **change})
-        assert info.value.status == 422, change
-        assert fragment in info.value.body, (change, info.value.body)
+    with pytest.raises(ApiException) as info:
+        k.create_pool(name or "bad", {**base, **change})
+    assert info.value.status == 422, change
+    assert fragment in info.value.body, (change, info.value.body)
+
+
+def test_api_server_accepts_the_edges_of_what_it_rejects(
+    kube: Any, namespace: str, crd: None
+) -> None:
+    """The rules are not too strict: the same fields at their valid edges are created."""
+    k = _kube(kube, namespace)
+    spec: dict[str, Any] = {
+        "target": {"name": "t" * 253},
+        "model": dict(MODEL),
+        "minReplicas": 0,
+        "maxReplicas": 100_000,
+        "schedules": [
+            {"name": "a", "start": "2030-01-02T10:00:00", "end": "2030-01-02T10:00:01",
+             "timeZone": "America/Argentina/Buenos_Aires", "minReplicas": 1},
+            {"name": "b", "start": "2030-01-02T10:00:00+02:00", "end": "2030-01-02T08:00:01Z",
+             "minReplicas": 1},
+            {"name": "c", "cron": "*/15 8-18 L,1 JAN-MAR mon-fri", "durationSeconds": 60,
+             "timeZone": "Etc/GMT+5", "minReplicas": 1},
+            {"name": "d", "cron": "@hourly", "durationSeconds": 60, "minReplicas": 1},
+            # Written in different forms: left to the operator (which reports Invalid).
+            {"name": "e", "start": "2030-01-02", "end": "2030-01-01T00:00:00Z", "minReplicas": 1},
+        ],
+    }  # fmt: skip
+    created = k.create_pool("p" * 63, spec)
+    assert [w["name"] for w in created["spec"]["schedules"]] == ["a", "b", "c", "d", "e"]
 
 
 def test_semantically_invalid_pools_are_flagged_while_others_are_served(
@@ -289,15 +360,12 @@ def test_semantically_invalid_pools_are_flagged_while_others_are_served(
     base: dict[str, Any] = {"target": {"name": "llm"}, "maxReplicas": 6, "model": MODEL}
     active = {"name": "w", "start": iso(now - 5), "end": iso(now + 3600), "minReplicas": 2}
     k.create_pool("ghost", {**base, "target": {"name": "no-such-deployment"}})
-    k.create_pool(
-        "backwards",
-        {
-            **base,
-            "schedules": [
-                {"name": "w", "start": iso(now + 600), "end": iso(now + 60), "minReplicas": 3}
-            ],
-        },
-    )
+    # Written in two forms, so the CRD's own end > start rule cannot compare them.
+    backwards = {"name": "w", "start": iso(now + 600), "end": f"{iso(now + 60)}Z", "minReplicas": 3}
+    k.create_pool("backwards", {**base, "schedules": [backwards]})
+    too_big = {"preset": "llama-3.1-70b", "gpuMemoryGiB": 80, "gpusPerReplica": 1,
+               "contextTokens": 4096, "tokensPerSecond": 3000}  # fmt: skip
+    k.create_pool("toobig", {**base, "model": too_big})
     k.create_pool(
         "badql",
         {
@@ -314,6 +382,7 @@ def test_semantically_invalid_pools_are_flagged_while_others_are_served(
         "ghost": ("TargetNotFound", "no-such-deployment"),
         "backwards": ("InvalidSpec", "ends before it starts"),
         "badql": ("InvalidPromQL", "requests_per_second"),
+        "toobig": ("InvalidSpec", "model llama-3.1-70b does not fit on 1 x 80 GiB"),
     }
     for name, (reason, fragment) in expected.items():
         cond = wait_for(

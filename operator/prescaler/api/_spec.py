@@ -27,6 +27,35 @@ PromQL = Annotated[str, Field(min_length=1, max_length=4096)]
 assert set(Dtype.__args__) == set(DTYPE_BYTES)  # type: ignore[attr-defined]
 
 DAY = 86_400
+
+
+def _cron_pattern() -> str:
+    """A five-field cron expression (or an ``@hourly``-style macro), each field checked
+    against its range, so the API server refuses ``61 * * * *`` at ``kubectl apply``."""
+
+    def field(value: str, special: str = "") -> str:
+        item = rf"({special}(\*|{value}(-{value})?)(/[1-9][0-9]?)?)"
+        return rf"{item}(,{item})*"
+
+    minute, hour = r"([0-5]?[0-9])", r"([01]?[0-9]|2[0-3])"
+    day = r"(0?[1-9]|[12][0-9]|3[01])"
+    month = r"(0?[1-9]|1[0-2]|(?i:jan|feb|mar|apr|may|jun|jul|aug|sep|oct|nov|dec))"
+    weekday = r"([0-7]|(?i:sun|mon|tue|wed|thu|fri|sat))"
+    fields = [field(minute), field(hour), field(day, r"\?|L|"), field(month),
+              field(weekday, r"\?|[0-7]#[1-5]|")]  # fmt: skip
+    blanks = r"[ \t]+"
+    return rf"^(@(yearly|annually|monthly|weekly|daily|hourly)|{blanks.join(fields)})$"
+
+
+CRON_PATTERN = _cron_pattern()
+TIME_ZONE_PATTERN = r"^[A-Za-z][A-Za-z0-9_+-]*(/[A-Za-z0-9_+-]+)*$"
+"""The shape of an IANA zone name (whether it exists is checked by the operator)."""
+_NAIVE = r"^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}$"
+_RFC3339 = (
+    r"^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]+)?"
+    r"(Z|[+-][0-9]{2}:[0-9]{2})$"
+)
+# The patterns go into CEL raw strings (r'...'), where a backslash is taken as written.
 _PRESET_NAMES: list[JsonValue] = [*sorted(PRESETS)]
 _FORECAST_MODELS: list[JsonValue] = [AUTO, *MODEL_NAMES]
 
@@ -246,7 +275,7 @@ class WindowSpec(WireModel):
     """Dated window start, ISO 8601; without an offset it is read in ``timeZone``."""
     end: str | None = Field(default=None, max_length=64)
     """Dated window end, ISO 8601; without an offset it is read in ``timeZone``."""
-    cron: str | None = Field(default=None, max_length=256)
+    cron: str | None = Field(default=None, max_length=128)
     """Recurring window: a five-field cron expression evaluated in ``timeZone``."""
     duration_seconds: int | None = Field(default=None, ge=1, le=31 * DAY)
     """Recurring window: how long each occurrence lasts."""
@@ -271,6 +300,33 @@ class WindowSpec(WireModel):
             cel(
                 "has(self.minReplicas) || has(self.expectedRequestsPerSecond)",
                 "give minReplicas or expectedRequestsPerSecond",
+            ),
+            # Shapes the API server can check; the operator checks the rest (does the zone
+            # exist, does the cron ever fire) and reports Invalid.
+            cel(
+                f"!has(self.cron) || self.cron.matches(r'{CRON_PATTERN}')",
+                "cron must be five fields (minute hour day-of-month month day-of-week), "
+                "each within its range, or a macro such as @hourly",
+                ".cron",
+            ),
+            cel(
+                f"self.timeZone.matches(r'{TIME_ZONE_PATTERN}')",
+                "timeZone must be an IANA time zone name such as Europe/Berlin",
+                ".timeZone",
+            ),
+            # end > start where both are written alike (other forms: the operator checks).
+            cel(
+                f"!has(self.start) || !has(self.end) || !self.start.matches(r'{_NAIVE}') "
+                f"|| !self.end.matches(r'{_NAIVE}') || self.end > self.start",
+                "end must be after start",
+                ".end",
+            ),
+            cel(
+                f"!has(self.start) || !has(self.end) || !self.start.matches(r'{_RFC3339}') "
+                f"|| !self.end.matches(r'{_RFC3339}') "
+                "|| timestamp(self.end) > timestamp(self.start)",
+                "end must be after start",
+                ".end",
             ),
         )
     )

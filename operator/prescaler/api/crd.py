@@ -46,6 +46,20 @@ PRINTER_COLUMNS: list[dict[str, Any]] = [
 ]
 
 
+MAX_POOL_NAME = 63
+"""A pool's name is a label value on every object it creates (``prescaler.io/pool``), and
+label values are at most 63 characters."""
+
+ROOT_VALIDATIONS: list[dict[str, str]] = [
+    {
+        "rule": f"self.metadata.name.size() <= {MAX_POOL_NAME}",
+        "message": (
+            f"metadata.name must be at most {MAX_POOL_NAME} characters (it is a label value)"
+        ),
+    }
+]
+
+
 def _clean_text(text: str) -> str:
     return text.replace("``", "`")
 
@@ -138,6 +152,7 @@ def crd() -> dict[str, Any]:
                                 "forecast and scheduled demand."
                             ),
                             "required": ["spec"],
+                            "x-kubernetes-validations": ROOT_VALIDATIONS,
                             "properties": {
                                 "apiVersion": {"type": "string"},
                                 "kind": {"type": "string"},
