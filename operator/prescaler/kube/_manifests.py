@@ -3,6 +3,15 @@
 Every object carries the labels ``prescaler.io/pool`` and ``prescaler.io/role``, an owner
 reference to the pool (so deleting the pool garbage-collects it) and the hash of its own
 content in ``prescaler.io/spec-hash`` (so an unchanged object is never rewritten).
+
+**Security context.** The pre-pull and placeholder containers are ours: they only idle, so
+they run as a fixed non-root user with a read-only root filesystem, no privilege
+escalation, every capability dropped and the runtime's default seccomp profile (the
+``restricted`` Pod Security Standard), whatever image they run. The hot standby copies the
+user's engine pod: it gets the same hardening wherever the user left a field unset (no
+privilege escalation, capabilities dropped except those the user adds, ``RuntimeDefault``
+seccomp), but never a forced non-root user, and nothing the user set is loosened or
+overridden (a ``privileged`` container keeps what it needs).
 """
 
 from __future__ import annotations
@@ -21,6 +30,9 @@ GPU_RESOURCE = "nvidia.com/gpu"
 GPU_NODE_SELECTOR = {"nvidia.com/gpu.present": "true"}
 GPU_TOLERATION = {"key": GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"}
 PLACEHOLDER_PRIORITY_VALUE = -10
+IDLE_USER = 65532
+"""The unprivileged user our idling containers run as (distroless's ``nonroot``)."""
+RUNTIME_DEFAULT_SECCOMP = {"type": "RuntimeDefault"}
 
 ROLE_PRE_PULL = "image-pre-pull"
 ROLE_PLACEHOLDER = "placeholder"
@@ -63,6 +75,63 @@ def _placement(template: dict[str, Any]) -> dict[str, Any]:
     return placement
 
 
+def _idle_pod_security() -> dict[str, Any]:
+    """Pod ``securityContext`` of our own idling pods (pre-pull, placeholders)."""
+    return {
+        "runAsNonRoot": True,
+        "runAsUser": IDLE_USER,
+        "runAsGroup": IDLE_USER,
+        "seccompProfile": dict(RUNTIME_DEFAULT_SECCOMP),
+    }
+
+
+def _idle_container_security() -> dict[str, Any]:
+    """Container ``securityContext`` of our own idling containers."""
+    return {
+        "runAsNonRoot": True,
+        "runAsUser": IDLE_USER,
+        "runAsGroup": IDLE_USER,
+        "allowPrivilegeEscalation": False,
+        "privileged": False,
+        "readOnlyRootFilesystem": True,
+        "capabilities": {"drop": ["ALL"]},
+        "seccompProfile": dict(RUNTIME_DEFAULT_SECCOMP),
+    }
+
+
+def _harden_engine_container(container: dict[str, Any]) -> None:
+    """Fill in the hardening a user's engine container left unset, loosening nothing.
+
+    ``allowPrivilegeEscalation: false`` is added unless the user set it or the container is
+    privileged or adds ``SYS_ADMIN`` (the API server refuses that combination). Every
+    capability is dropped except those the user adds; a privileged container is left as
+    it is. No user is forced: the engine's image decides whether it can run as non-root.
+    """
+    sc = container["securityContext"] = dict(container.get("securityContext") or {})
+    privileged = bool(sc.get("privileged"))
+    caps = sc.get("capabilities") or {}
+    added = {str(c).upper().removeprefix("CAP_") for c in caps.get("add") or []}
+    if "allowPrivilegeEscalation" not in sc and not privileged and "SYS_ADMIN" not in added:
+        sc["allowPrivilegeEscalation"] = False
+    if not privileged:
+        drop = [str(c) for c in caps.get("drop") or []]
+        if "ALL" not in (c.upper() for c in drop):
+            drop = ["ALL", *drop]
+        sc["capabilities"] = {**caps, "drop": drop}
+
+
+def _harden_engine_pod(pod: dict[str, Any]) -> None:
+    """Hot standby: the user's pod template, hardened where the user left fields unset."""
+    spec = pod.setdefault("spec", {})
+    psc = spec["securityContext"] = dict(spec.get("securityContext") or {})
+    containers = [*(spec.get("initContainers") or []), *(spec.get("containers") or [])]
+    per_container = any("seccompProfile" in (c.get("securityContext") or {}) for c in containers)
+    if "seccompProfile" not in psc and not per_container:
+        psc["seccompProfile"] = dict(RUNTIME_DEFAULT_SECCOMP)
+    for container in containers:
+        _harden_engine_container(container)
+
+
 def first_image(template: dict[str, Any]) -> str | None:
     containers = template.get("spec", {}).get("containers", [])
     return containers[0].get("image") if containers else None
@@ -86,6 +155,7 @@ def pre_pull_daemonset(
                         **_placement(template),
                         "terminationGracePeriodSeconds": 0,
                         "automountServiceAccountToken": False,
+                        "securityContext": _idle_pod_security(),
                         "containers": [
                             {
                                 "name": "pre-pull",
@@ -95,6 +165,7 @@ def pre_pull_daemonset(
                                     "requests": {"cpu": "1m", "memory": "8Mi"},
                                     "limits": {"cpu": "10m", "memory": "32Mi"},
                                 },
+                                "securityContext": _idle_container_security(),
                             }
                         ],
                     },
@@ -130,6 +201,7 @@ def placeholder_deployment(
                         "priorityClassName": priority_class,
                         "terminationGracePeriodSeconds": 0,
                         "automountServiceAccountToken": False,
+                        "securityContext": _idle_pod_security(),
                         "containers": [
                             {
                                 "name": "placeholder",
@@ -138,6 +210,7 @@ def placeholder_deployment(
                                     "requests": {GPU_RESOURCE: str(gpus)},
                                     "limits": {GPU_RESOURCE: str(gpus)},
                                 },
+                                "securityContext": _idle_container_security(),
                             }
                         ],
                     },
@@ -154,6 +227,7 @@ def hot_standby_deployment(
     labels = {POOL_LABEL: owner.name, ROLE_LABEL: ROLE_HOT}
     pod = copy.deepcopy(template)
     pod.setdefault("metadata", {})["labels"] = labels
+    _harden_engine_pod(pod)
     return _with_hash(
         {
             "apiVersion": "apps/v1",
