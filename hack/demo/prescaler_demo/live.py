@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -177,6 +178,11 @@ def install_crd(api: Any) -> None:
 
 def run(sc: Scenario, out: Path) -> Outcome:
     out.mkdir(parents=True, exist_ok=True)
+    # Every run starts from scratch: a previous run's TSDB would overlap the new history
+    # (same series, other counter values: rate() would read resets as huge spikes).
+    shutil.rmtree(out / "prometheus", ignore_errors=True)
+    for stale in ("fleet.csv", "fleet.json", "summary.json", "timeline.csv", "demo.png"):
+        (out / stale).unlink(missing_ok=True)
     result = Outcome()
     stack = Stack()
     samples: list[Sample] = []
