@@ -25,21 +25,6 @@ import pytest
 
 from cluster.prometheus import Prometheus
 
-# kopf's own API sockets can outlive an in-process operator stopped from a test thread: the
-# garbage collector then reports them unclosed while a later test runs, and pytest turns
-# that into an error. Only that report is ignored, and only in this folder.
-_KOPF_UNCLOSED_SOCKETS = (
-    r"ignore:Exception ignored in. <(socket\.socket|function _SelectorTransport\.__del__)"
-    ":pytest.PytestUnraisableExceptionWarning"
-)
-
-
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    here = Path(__file__).parent
-    for item in items:
-        if here in item.path.parents:
-            item.add_marker(pytest.mark.filterwarnings(_KOPF_UNCLOSED_SOCKETS))
-
 
 @pytest.fixture
 def prometheus(tmp_path: Path) -> Iterator[Prometheus]:

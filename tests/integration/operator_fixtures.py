@@ -9,8 +9,10 @@ runs it as the Helm chart does: as the chart's ServiceAccount, under the chart's
 
 from __future__ import annotations
 
+import gc
 import threading
 import time
+import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import replace
@@ -125,9 +127,28 @@ def running_operator(
         yield metrics
     finally:
         stop.set()
-        thread.join(60)
+        thread.join(STOP_TIMEOUT)
+        if thread.is_alive():
+            pytest.fail(f"the operator did not stop within {STOP_TIMEOUT:.0f} s of its stop flag")
+        collect_leaks("the operator")
         if errors:
             raise errors[0]
+
+
+STOP_TIMEOUT = 300.0
+"""How long a stopped operator may take to finish (kopf stops its watchers, runs the
+cleanup and closes its sessions); generous, for a busy machine."""
+
+
+def collect_leaks(what: str) -> None:
+    """Collect garbage now, so whatever ``what`` left open is reported here, by the fixture
+    that ran it, and not by whichever later test the collector happens to run in."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", ResourceWarning)
+        gc.collect()
+    leaks = [str(w.message) for w in caught if issubclass(w.category, ResourceWarning)]
+    if leaks:
+        pytest.fail(f"{what} left {len(leaks)} resource(s) open: " + "; ".join(leaks[:3]))
 
 
 @pytest.fixture(name="operator")
