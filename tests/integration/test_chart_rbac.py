@@ -12,6 +12,7 @@ comment on every rule, the shape of both modes) need only ``helm``.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from pathlib import Path
 from typing import Any
@@ -37,6 +38,7 @@ from integration.operator_fixtures import (  # noqa: F401 (fixtures)
     running_operator,
     wait_for,
 )
+from prescaler.api import GROUP, PLURAL, VERSION
 
 MODEL = {"tokensPerSecond": 3750, "promptTokens": 600, "outputTokens": 150}
 PRIORITY_CLASS = "prescaler-placeholder"
@@ -311,6 +313,18 @@ def _mine(calls: list[Call], namespace: str) -> list[Call]:
     return [c for c in calls if c.namespace in (namespace, None)]
 
 
+def _release_leftover_pools(k: Kube) -> None:
+    """Earlier tests stop their operator before their namespace goes, so their pools keep
+    the operator's finalizer and their namespaces hang in Terminating. A cluster-wide
+    operator would take all of them on; they are not this test's, so let them go first."""
+    for pool in k.custom.list_cluster_custom_object(GROUP, VERSION, PLURAL)["items"]:
+        ns, name = pool["metadata"]["namespace"], pool["metadata"]["name"]
+        if ns != k.ns and k.core.read_namespace(ns).metadata.deletion_timestamp is not None:
+            patch = {"metadata": {"finalizers": None}}
+            with contextlib.suppress(ApiException):
+                k.custom.patch_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, name, patch)
+
+
 @pytest.fixture
 def no_placeholder_class(kube: Any) -> None:
     """Without the chart's PriorityClass: the operator must create it."""
@@ -348,6 +362,8 @@ def test_the_operator_uses_every_granted_rule_and_only_those(
         assert set(NOT_REQUESTED) <= grants, "NOT_REQUESTED names a rule the chart dropped"
         expected = grants - set(NOT_REQUESTED)
         monkeypatch.setenv("KUBECONFIG", str(identity.kubeconfig))
+        if clusterwide:
+            _release_leftover_pools(Kube(kube, namespace))
         with running_operator(cluster, namespace, identity, clusterwide=clusterwide):
             _walk_every_path(Kube(kube, namespace))
 
