@@ -40,8 +40,15 @@ ROOT = Path(__file__).resolve().parents[2]
 CRD_FILE = ROOT / "crds" / f"{PLURAL}.{GROUP}.yaml"
 
 
+MIN_DEADLINE = 180.0
+"""The shortest a test waits for anything. A wait ends as soon as its condition holds, so a
+long deadline costs a passing test nothing; a short one fails on a busy machine."""
+
+
 def wait_for(check: Callable[[], Any], timeout: float, what: str, interval: float = 0.25) -> Any:
-    """Poll until ``check()`` is truthy; fail the test naming ``what`` otherwise."""
+    """Poll until ``check()`` is truthy; fail the test naming ``what`` otherwise. The
+    deadline is ``timeout`` seconds, but never less than :data:`MIN_DEADLINE`."""
+    timeout = max(timeout, MIN_DEADLINE)
     deadline = time.monotonic() + timeout
     last: Any = None
     while time.monotonic() < deadline:

@@ -216,9 +216,20 @@ def test_cold_start_auto_learns_the_pod_delay(kube: Any, namespace: str, operato
         "four observed starts",
     )
     assert cold["source"] == "measured"
-    # Created -> Ready is the kwok delay plus scheduling; second-resolution timestamps.
-    assert delay - 1 <= cold["p90Seconds"] <= delay + 3, cold
-    assert all(delay - 1 <= s <= delay + 3 for s in cold["samples"]), cold
+    # Each sample is one pod's scheduled -> Ready, as the API server recorded it (second
+    # resolution): at least the kwok delay, and exactly what the pods say, however busy.
+    def start(pod: Any) -> float | None:
+        when = {c.type: c.last_transition_time for c in pod.status.conditions or []}
+        ready = any(c.type == "Ready" and c.status == "True" for c in pod.status.conditions)
+        if not ready:
+            return None
+        began = max(pod.metadata.creation_timestamp, when["PodScheduled"])
+        return float((when["Ready"] - began).total_seconds())
+
+    pods = k.core.list_namespaced_pod(namespace, label_selector="app=llm").items
+    starts = [t for t in map(start, pods) if t is not None]
+    assert all(s >= delay - 1 for s in cold["samples"]), cold
+    assert all(any(abs(s - t) <= 1 for t in starts) for s in cold["samples"]), (cold, starts)
     assert k.status("learn")["plan"]["lookaheadSeconds"] == pytest.approx(
         cold["seconds"] + 60, abs=0.2
     )
