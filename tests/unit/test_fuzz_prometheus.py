@@ -153,6 +153,8 @@ def test_a_snapshot_is_clean_data_or_a_typed_error(answers: list[tuple[int, byte
     for name in ("requests_per_second", "prompt_tokens_per_second", "output_tokens_per_second",
                  "running", "waiting", "context_tokens"):  # fmt: skip
         _assert_clean(getattr(snap, name))
+    growth = snap.waiting_growth_per_second  # signed: a queue drains, but always finite
+    assert growth is None or math.isfinite(growth), growth
     if snap.requests_per_second is None:  # missing, and says why
         assert not snap.available
         assert snap.problems

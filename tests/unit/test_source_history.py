@@ -225,8 +225,10 @@ def test_profiles_keep_the_history_template_open_and_snapshots_on_the_rate_windo
         "output_tokens_per_second",
         "running",
         "waiting",
+        "waiting_growth_per_second",
         "context_tokens",
     ]
+    assert q.waiting_growth_per_second == 'deriv(sum(sglang:num_queue_reqs{ns="a"})[5m:37500ms])'
 
 
 @pytest.mark.parametrize(

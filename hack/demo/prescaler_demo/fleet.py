@@ -2,8 +2,9 @@
 
 One process stands in for the pods of the demo's GPU Deployment. Every second it
 
-* reads which of the Deployment's pods are Ready from the API server;
-* takes the demand of the trace step that the wall clock is in (requests/s);
+* reads which of the Deployment's pods exist and which are Ready from the API server;
+* takes the demand of the trace step that the second is in (requests/s), on a 1 s grid
+  from the live start (a fleet that starts late catches up: no second goes unplayed);
 * serves it with what the Ready pods can do (``replica_rps`` each, the pool's capacity
   model), queueing the rest in a FIFO fluid queue;
 * exports, per Ready pod, vLLM's metric names on ``/metrics`` (prometheus_client):
@@ -12,7 +13,11 @@ One process stands in for the pods of the demo's GPU Deployment. Every second it
   ``vllm:num_requests_running`` (Little's law, capped by the KV cache),
   ``vllm:num_requests_waiting`` (the queue) and ``vllm:gpu_cache_usage_perc`` /
   ``vllm:kv_cache_usage_perc``; labels ``namespace``, ``pod``, ``model_name``, as a
-  Prometheus with Kubernetes service discovery would attach them;
+  Prometheus with Kubernetes service discovery would attach them. A pod's series exist
+  (at zero) from when the pod does, before it serves, so ``rate()`` counts its first
+  requests; the pods whose history was backfilled continue their counters from the
+  history's end (``FleetConfig.counters``), so the live series join the history with no
+  gap and no reset;
 * appends one CSV row to ``record`` (what the demo's timeline and plot read).
 
 It stops on SIGTERM or when the stretch ends.
@@ -25,7 +30,7 @@ import json
 import signal
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from threading import Thread
@@ -72,6 +77,9 @@ class FleetConfig:
     latency_seconds: float
     prompt_tokens: float
     output_tokens: float
+    counters: dict[str, list[float]] = field(default_factory=dict)
+    """Per pod, the backfilled history's request, prompt-token and generated-token counters
+    at ``start``: the live counters continue from there."""
 
     @classmethod
     def load(cls, path: str | Path) -> FleetConfig:
@@ -121,12 +129,22 @@ class Metrics:
             self.running, self.waiting, self.cache, self.kv_cache,
         )  # fmt: skip
 
-    def retire(self, ready: set[str], namespace: str, model: str) -> None:
-        """Drop the series of pods that are gone or no longer Ready (a scrape ends them)."""
-        for pod in self._pods - ready:
+    def track(
+        self, pods: set[str], namespace: str, model: str, counters: dict[str, list[float]]
+    ) -> None:
+        """Series for every pod that exists (new ones at zero, or at their history's end);
+        the series of pods that are gone are dropped (a scrape ends them)."""
+        for pod in self._pods - pods:
             for metric in self._all():
                 metric.remove(namespace, pod, model)
-        self._pods = set(ready)
+        for pod in pods - self._pods:
+            start = counters.get(pod, [0.0, 0.0, 0.0])
+            for counter, value in zip((self.success, self.prompt, self.generation), start,
+                                      strict=True):  # fmt: skip
+                counter.labels(namespace, pod, model).inc(value)
+            for gauge in (self.running, self.waiting, self.cache, self.kv_cache):
+                gauge.labels(namespace, pod, model).set(0)
+        self._pods = set(pods)
 
 
 def serve(registry: CollectorRegistry, port: int) -> tuple[ThreadingHTTPServer, Thread]:
@@ -151,16 +169,19 @@ def serve(registry: CollectorRegistry, port: int) -> tuple[ThreadingHTTPServer, 
     return server, thread
 
 
-def ready_pods(core: Any, namespace: str, deployment: str) -> set[str]:
+def list_pods(core: Any, namespace: str, deployment: str) -> tuple[set[str], set[str]]:
+    """The Deployment's pods that exist (not terminating), and those of them Ready."""
     pods = core.list_namespaced_pod(namespace, label_selector=f"app={deployment}").items
+    existing: set[str] = set()
     ready: set[str] = set()
     for pod in pods:
         if pod.metadata.deletion_timestamp is not None:
             continue
-        for cond in pod.status.conditions or []:
+        existing.add(pod.metadata.name)
+        for cond in (pod.status.conditions if pod.status else None) or []:
             if cond.type == "Ready" and cond.status == "True":
                 ready.add(pod.metadata.name)
-    return ready
+    return existing, ready
 
 
 def run(config: FleetConfig) -> None:
@@ -182,32 +203,36 @@ def run(config: FleetConfig) -> None:
     signal.signal(signal.SIGINT, on_term)
     ns, model = config.namespace, config.model_name
     queue = 0.0
+    existing: set[str] = set()
     ready: set[str] = set()
-    last = time.time()
+    # One tick per second of the live play, from its start: the demand of every second is
+    # served or queued, also the seconds before this process came up (it catches up).
+    dt = 1.0
+    tick = config.start
     try:
         with open(config.record, "w", newline="") as f:
             out = csv.writer(f)
             out.writerow(RECORD_COLUMNS)
-            while not stop and time.time() < config.end:
-                time.sleep(max(0.0, 1.0 - (time.time() - last)))
-                now = time.time()
-                dt, last = now - last, now
+            while not stop and tick + dt <= config.end:
+                tick += dt
+                time.sleep(max(0.0, tick - time.time()))
+                now = tick
                 try:
-                    ready = ready_pods(core, config.namespace, config.deployment)
+                    existing, ready = list_pods(core, config.namespace, config.deployment)
                 except Exception as exc:  # a busy API server: keep the last view
                     print(f"fleet: listing pods failed: {exc!r}", file=sys.stderr)
-                step, demand = config.demand_at(now)
+                step, demand = config.demand_at(now - dt / 2)
                 n = len(ready)
                 capacity = n * config.replica_rps
                 # FIFO fluid queue over dt: serve the queue and the arrivals up to capacity.
                 offered = queue + demand * dt
                 served = min(offered, capacity * dt)
                 queue = offered - served
-                served_rps = served / dt if dt > 0 else 0.0
+                served_rps = served / dt
                 limit = n * config.max_concurrency
                 running = min(served_rps * config.latency_seconds, float(limit))
                 kv = running / limit if limit else 0.0
-                metrics.retire(ready, ns, model)
+                metrics.track(existing | ready, ns, model, config.counters)
                 for pod in ready:
                     share = served / n
                     metrics.success.labels(ns, pod, model).inc(share)

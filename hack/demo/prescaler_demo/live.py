@@ -29,8 +29,9 @@ from cluster.launcher import ClusterConfig, LocalCluster, wait_default_service_a
 from cluster.objects import gpu_deployment
 from cluster.paths import PROJECT_ROOT, bin_dir
 from cluster.prometheus import Prometheus, VllmProfile, vllm_samples
+from cluster.prometheus import Sample as PromSample
 from prescaler.api import GROUP, PLURAL, VERSION
-from prescaler_demo.fleet import FleetConfig
+from prescaler_demo.fleet import FleetConfig, list_pods
 from prescaler_demo.report import (
     Comparison,
     Record,
@@ -275,14 +276,18 @@ def _with_api(
     hist = sc.history_rps
     times = [start - (len(hist) - i) * sps for i in range(len(hist))]
     profile = VllmProfile(sc.tokens.prompt, sc.tokens.output, sc.latency_seconds)
+    # The history is the Ready pods' own: the live fleet continues these series (same
+    # labels, counters going on from the history's end), so no rate() sees a seam.
+    pods = tuple(sorted(list_pods(core, ns, name)[1]))
     history = vllm_samples(
         times,
         [float(r) for r in hist],
         namespace=ns,
         model_name=name,
-        pods=(f"{name}-history",),
+        pods=pods,
         profile=profile,
     )
+    counters = counters_at(history, start, float(hist[-1]) / len(pods), profile)
     prom.backfill(history)
     st = sc.stretch
     say(
@@ -308,6 +313,7 @@ def _with_api(
         latency_seconds=sc.latency_seconds,
         prompt_tokens=sc.tokens.prompt,
         output_tokens=sc.tokens.output,
+        counters=counters,
     )
     fleet_cfg.save(out / "fleet.json")
     env = dict(os.environ)
@@ -408,6 +414,29 @@ def _with_api(
     _report(sc, out, result, samples, start)
 
 
+def counters_at(
+    history: list[PromSample], at: float, pod_rps: float, profile: VllmProfile
+) -> dict[str, list[float]]:
+    """Each pod's request, prompt-token and generated-token counters at ``at`` (the end of
+    the history): the last backfilled value plus the last step's rate since (none after
+    a collection gap, where the counters stand still)."""
+    names = ("vllm:request_success_total", "vllm:prompt_tokens_total",
+             "vllm:generation_tokens_total")  # fmt: skip
+    factors = (1.0, profile.prompt_tokens_per_request, profile.generation_tokens_per_request)
+    last: dict[tuple[str, str], tuple[float, float]] = {}
+    for s in history:
+        key = (s.name, s.labels["pod"])
+        if s.name in names and (key not in last or s.timestamp_s > last[key][0]):
+            last[key] = (s.timestamp_s, s.value)
+    rate = pod_rps if math.isfinite(pod_rps) else 0.0
+    out: dict[str, list[float]] = {}
+    for (metric, pod), (ts, value) in sorted(last.items()):
+        values = out.setdefault(pod, [0.0, 0.0, 0.0])
+        i = names.index(metric)
+        values[i] = value + rate * factors[i] * max(0.0, at - ts)
+    return out
+
+
 def _look(apps: Any, custom: Any, ns: str, name: str, now: float) -> Sample:
     dep = apps.read_namespaced_deployment(name, ns)
     status = custom.get_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, name).get("status", {})
@@ -425,6 +454,8 @@ def _look(apps: Any, custom: Any, ns: str, name: str, now: float) -> Sample:
     constraint = plan.get("constraint", "-")
     if plan.get("activeWindows"):
         constraint += " (" + ",".join(plan["activeWindows"]) + ")"
+    elif ": queue:" in plan.get("reason", ""):
+        constraint += " (queue)"  # the waiting requests drove the plan
     return Sample(
         t=now,
         replicas=int(dep.spec.replicas or 0),

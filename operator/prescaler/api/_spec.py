@@ -220,6 +220,11 @@ class QueriesSpec(WireModel):
     idlest pods go first."""
     waiting: PromQL | None = None
     """Requests queued now."""
+    waiting_growth_per_second: PromQL | None = None
+    """How fast the queue grows, requests/s (negative while it drains), e.g.
+    ``deriv(sum(vllm:num_requests_waiting)[$window:$resolution])``; ``$window`` is the
+    rate window and ``$resolution`` an eighth of it. A full fleet serves only its capacity,
+    so arriving demand is the served rate plus this."""
     context_tokens: PromQL | None = None
     """Context length at the model's ``contextQuantile``; ``$quantile`` is substituted."""
 

@@ -57,6 +57,9 @@ class Observation:
     observed: pd.Series = field(repr=False)
     """The whole observed series; only its first ``visible_minutes`` may be read."""
     visible_minutes: int = 0
+    queue_tokens: float | None = None
+    """Tokens waiting in the fleet's queue as the metrics show it (``metric_lag`` old);
+    ``None`` when the simulation does not track it."""
 
     @property
     def history(self) -> pd.Series:
@@ -347,6 +350,13 @@ class PredictivePolicy:
     HPA's signal, ``metric_lag`` old, in requests/s of the capacity model's mean size)
     with ``fresh_observation``, else the last whole observed minute; ``None`` in a gap
     (when the last observed minute is missing). The forecaster always gets whole minutes.
+
+    The queue: the simulation observes *arrivals*, not what a full fleet served, so the
+    planner's queue growth (``waiting_growth_per_second``, which the operator adds to the
+    served rate) is ``None`` here: it is already in the observation, and adding it would
+    count it twice. The backlog itself (``waiting_requests``) is the simulated fleet's
+    queue, as old as the demand observation, in requests of the capacity model's mean
+    size; the planner drains it within the lookahead as it does in the operator.
     """
 
     forecaster: Forecaster
@@ -395,6 +405,11 @@ class PredictivePolicy:
             last_scale_up_at=state.last_scale_up_at,
             last_scale_down_at=state.last_scale_down_at,
             observed_requests_per_second=observed,
+            waiting_requests=(
+                None
+                if obs.queue_tokens is None
+                else obs.queue_tokens / self.capacity.tokens.tokens_per_request
+            ),
         )
         decision = plan(
             PlanInputs(

@@ -8,6 +8,8 @@ Fleet model:
   effective limit: the binding one of KV-cache concurrency and compute). A replica is ready
   one cold start after it is requested (see :mod:`._fleet`).
 * Demand beyond ready capacity waits in a FIFO fluid queue that drains when capacity frees.
+  Policies see that queue as a metrics pipeline shows it (``metric_lag`` old), as the
+  operator reads the engines' waiting requests.
 * Warm standby (``FleetConfig.warm_start_seconds`` set): a policy that exposes a ``standby``
   count after ``decide`` (the predictive policy: the plan's ``standby_replicas``) holds that
   many standby slots; a replica started on a warm slot is ready after the warm start (see
@@ -177,12 +179,16 @@ def simulate(
     # Standby only for a policy that sizes it, and only when the config simulates it.
     has_standby = config.warm_start_seconds is not None and hasattr(policy, "standby")
     standby = np.zeros(steps, dtype=np.int64) if has_standby else None
+    # The queue after each step (the fluid queue the scores use), for the policies to see.
+    queue_after = np.zeros(steps)
+    queue = 0.0
     report_every = max(1, steps // 50)
     lo, hi = config.min_replicas, config.max_replicas
     for k in range(steps):
         i = first + k
         fleet.advance(i)
         if k % every == 0:
+            seen = k - 1 - metric_lag
             now = demand.start + i * dt
             # Minutes that ended at least the metric lag ago are visible; nothing later.
             visible = math.floor((i * dt - lag_minutes_end) / MINUTE + 1e-9)
@@ -195,6 +201,7 @@ def simulate(
                 metric_tokens_per_s=float(tokens[max(0, i - metric_lag)]),
                 observed=history,
                 visible_minutes=visible,
+                queue_tokens=float(queue_after[seen]) if seen >= 0 else 0.0,
             )
             desired = policy.decide(obs)
             fleet.scale_to(min(max(desired, lo), hi), i)
@@ -204,6 +211,8 @@ def simulate(
                 fleet.set_standby(max(0, int(getattr(policy, "standby", 0))), i)
         ready[k] = fleet.ready
         existing[k] = fleet.existing
+        queue = max(0.0, queue + (tokens[i] - fleet.ready * config.replica_tokens_per_second) * dt)
+        queue_after[k] = queue
         if standby is not None:
             standby[k] = fleet.standby
         if progress is not None and k % report_every == 0:

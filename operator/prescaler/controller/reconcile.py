@@ -581,7 +581,8 @@ def decide(
     now: float,
 ) -> ScalePlan:
     """The planner's inputs from what was gathered, and its decision (pure)."""
-    observed = gathered.snapshot.requests_per_second if gathered.snapshot else None
+    snapshot = gathered.snapshot
+    observed = snapshot.requests_per_second if snapshot else None
     hot = spec.standby.hot.replicas > 0
     fleet = FleetState(
         current_replicas=gathered.current_replicas,
@@ -595,6 +596,9 @@ def decide(
             1 for p in gathered.hot_pods if hot and p.role == ROLE_HOT and p.ready
         ),
         promoted_replicas=sum(1 for p in gathered.hot_pods if p.role == ROLE_PROMOTED and p.ready),
+        # The queue: a full fleet's served rate hides demand (see prescaler.planning).
+        waiting_requests=snapshot.waiting if snapshot else None,
+        waiting_growth_per_second=snapshot.waiting_growth_per_second if snapshot else None,
     )
     forecast = gathered.forecast.forecast if gathered.forecast is not None else None
     return plan(

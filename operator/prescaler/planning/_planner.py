@@ -7,7 +7,12 @@ The rules, in order:
    forecast's *upper* quantile. The latest observed demand times ``observed_headroom`` is
    a floor under it (the nowcast guard), so a forecast that lags a level shift never plans
    below what is already arriving plus a margin. (The capacity model's own headroom
-   multiplies both.)
+   multiplies both.) A full fleet serves only its capacity and queues the rest, so its
+   served rate hides demand; when the queue is known, arrivals are what is served plus the
+   queue's growth (conservation), and the backlog must drain by the time new capacity
+   could arrive: the guard then asks for ``arrivals x headroom + waiting / lookahead``
+   (the queue term). It only ever adds: missing or garbage queue data is no term, and a
+   draining queue lowers nothing below the plain guard.
 2. **Windows.** Every scheduled window whose pre-warm span ``[start - lead, end)`` touches
    that lookahead adds its minimum (replicas, or load through the capacity model). The lead
    is stretched to the cold start plus margin when it is shorter, so the capacity is ready
@@ -149,6 +154,11 @@ class FleetState:
     """Ready hot standby pods, not yet promoted."""
     promoted_replicas: int = 0
     """Hot standby pods promoted into the Service and still serving."""
+    waiting_requests: float | None = None
+    """Requests queued now, fleet-wide (``None``: not known)."""
+    waiting_growth_per_second: float | None = None
+    """How fast that queue grows, requests/s, negative while it drains (``None``: not
+    known). ``observed_requests_per_second`` plus this is what arrives."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -207,6 +217,32 @@ def _usable_points(forecast: ForecastLike | None, now: float, max_age: float) ->
     return points
 
 
+def _queue_demand(
+    fleet: FleetState, served: float, headroom: float, lookahead: float
+) -> tuple[float, str] | None:
+    """The queue term in requests/s, ``arrivals x headroom + waiting / lookahead`` where
+    arrivals are ``served + queue growth``, and how it came about; ``None`` without usable
+    queue data (each part is left out alone when it is missing or garbage)."""
+    growth = fleet.waiting_growth_per_second
+    if growth is not None and not math.isfinite(growth):
+        growth = None
+    waiting = fleet.waiting_requests
+    if waiting is not None and not (math.isfinite(waiting) and waiting >= 0):
+        waiting = None
+    if growth is None and waiting is None:
+        return None
+    arriving = max(0.0, served + (growth or 0.0))
+    drain = waiting / lookahead if waiting is not None and lookahead > 0 else 0.0
+    extra = f" x{headroom:g}" if headroom != 1 else ""
+    what = f"served {served:.3g} req/s"
+    if growth is not None:
+        what += f" {growth:+.3g} queue growth = {arriving:.3g} arriving"
+    what += extra
+    if drain > 0:
+        what += f" + {waiting:.0f} waiting / {lookahead:.0f}s"
+    return arriving * headroom + drain, what
+
+
 def _window_requirement(
     occurrences: Sequence[Occurrence], capacity: CapacityModel
 ) -> tuple[int, tuple[str, ...]]:
@@ -255,6 +291,14 @@ def plan(inputs: PlanInputs) -> ScalePlan:
                 f"observed {observed:.3g} req/s{extra} needs {need.replicas}",
             )
         )
+
+        # The queue term: only when it asks for more than the guard (it never lowers it).
+        queued = _queue_demand(fleet, observed, policy.observed_headroom, lookahead)
+        if queued is not None and queued[0] > observed * policy.observed_headroom:
+            need = capacity.required(queued[0])
+            candidates.append(
+                (need.replicas, need.constraint, f"queue: {queued[1]} needs {need.replicas}")
+            )
 
     # A window pre-warms `lead` ahead, but never later than one cold start plus margin ahead.
     occurrences = [

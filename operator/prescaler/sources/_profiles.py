@@ -1,8 +1,9 @@
 """Engine metric profiles: the PromQL each serving engine's metric names need.
 
 A profile is a set of query templates; ``$sel`` becomes the pool's label matchers (or
-nothing), ``$window`` the rate window and ``$quantile`` the context-length quantile. Any
-query can be replaced by the user's own PromQL (``spec.forecast.queries``).
+nothing), ``$window`` the rate window, ``$resolution`` a subquery step (an eighth of the
+rate window) and ``$quantile`` the context-length quantile. Any query can be replaced by
+the user's own PromQL (``spec.forecast.queries``).
 
 ``$window`` is the operator's rate window (``2m``) for the instant reads of "demand now".
 The demand *history* picks its own window (one history step, see
@@ -24,6 +25,7 @@ QueryName = Literal[
     "output_tokens_per_second",
     "running",
     "waiting",
+    "waiting_growth_per_second",
     "context_tokens",
 ]
 QUERY_NAMES: tuple[QueryName, ...] = get_args(QueryName)
@@ -39,6 +41,10 @@ class Queries:
     output_tokens_per_second: str
     running: str
     waiting: str
+    waiting_growth_per_second: str
+    """How fast the queue grows (requests/s, negative while it drains): the derivative
+    of the fleet's summed queue over the rate window. The counters of served requests
+    stop at capacity when the fleet is full; arrivals are what is served plus this."""
     context_tokens: str
     """Context length (prompt + output) at the planning quantile."""
     running_by_pod: str = ""
@@ -96,6 +102,12 @@ def _context(prompt_bucket: str, output_sum: str, count: str) -> str:
     )
 
 
+def _growth(waiting: str) -> str:
+    # Summed over pods first, then derived (a subquery): the fleet's queue, so pods that
+    # come and go (a new pod's series starts at 0) are no growth or drain of their own.
+    return f"deriv(sum({waiting}$sel)[$window:$resolution])"
+
+
 PROFILES: dict[str, Queries] = {
     "vllm": Queries(
         requests_per_second="sum(rate(vllm:request_success_total$sel[$window]))",
@@ -104,6 +116,7 @@ PROFILES: dict[str, Queries] = {
         running="sum(vllm:num_requests_running$sel)",
         running_by_pod="sum by (pod) (vllm:num_requests_running$sel)",
         waiting="sum(vllm:num_requests_waiting$sel)",
+        waiting_growth_per_second=_growth("vllm:num_requests_waiting"),
         context_tokens=_context(
             "vllm:request_prompt_tokens_bucket",
             "vllm:generation_tokens_total",
@@ -117,6 +130,7 @@ PROFILES: dict[str, Queries] = {
         running="sum(sglang:num_running_reqs$sel)",
         running_by_pod="sum by (pod) (sglang:num_running_reqs$sel)",
         waiting="sum(sglang:num_queue_reqs$sel)",
+        waiting_growth_per_second=_growth("sglang:num_queue_reqs"),
         context_tokens=_context(
             "sglang:prompt_tokens_histogram_bucket",
             "sglang:generation_tokens_total",
@@ -130,6 +144,7 @@ PROFILES: dict[str, Queries] = {
         running="sum(tgi_batch_current_size$sel)",
         running_by_pod="sum by (pod) (tgi_batch_current_size$sel)",
         waiting="sum(tgi_queue_size$sel)",
+        waiting_growth_per_second=_growth("tgi_queue_size"),
         context_tokens=_context(
             "tgi_request_input_length_bucket",
             "tgi_request_generated_tokens_sum",
@@ -149,7 +164,8 @@ def render_queries(
 ) -> Queries:
     """The engine's queries for one pool; ``overrides`` (by field name) replace them as given.
 
-    Overrides are used verbatim except that ``$quantile`` and ``$window`` are substituted,
+    Overrides are used verbatim except that ``$quantile``, ``$window`` and ``$resolution``
+    are substituted,
     so a custom context-length query can follow the pool's quantile and a custom rate
     query the rate window (the history's own, for requests/s).
     """
@@ -159,7 +175,8 @@ def render_queries(
         raise ValueError(f"unknown engine {engine!r}; known: {', '.join(PROFILES)}") from None
     window_seconds = parse_duration(window)
     sel = "{" + selector.strip().strip("{}") + "}" if selector.strip().strip("{}") else ""
-    values = {"sel": sel, "window": window, "quantile": f"{quantile:g}"}
+    resolution = format_duration(max(1.0, window_seconds / 8))
+    values = {"sel": sel, "window": window, "quantile": f"{quantile:g}", "resolution": resolution}
     rendered: dict[str, str] = {
         name: Template(text).substitute(values) for name, text in profile.items()
     }
@@ -170,7 +187,9 @@ def render_queries(
     for name, text in (overrides or {}).items():
         if name not in rendered:
             raise ValueError(f"unknown query {name!r}")
-        rendered[name] = Template(text).safe_substitute(quantile=values["quantile"], window=window)
+        rendered[name] = Template(text).safe_substitute(
+            quantile=values["quantile"], window=window, resolution=resolution
+        )
         if name == "requests_per_second":
             open_window = "window" in Template(text).get_identifiers()
             rps_template = (

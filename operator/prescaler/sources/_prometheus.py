@@ -60,6 +60,8 @@ class Snapshot:
     output_tokens_per_second: float | None = None
     running: float | None = None
     waiting: float | None = None
+    waiting_growth_per_second: float | None = None
+    """How fast the queue grows (negative while it drains); any finite number."""
     context_tokens: float | None = None
     problems: tuple[str, ...] = field(default_factory=tuple)
     """Why values are missing, one line each."""
@@ -89,23 +91,24 @@ class Snapshot:
         return prompt / rps, output / rps
 
 
-def _finite(value: Any) -> float | None:
+def _finite(value: Any, *, signed: bool = False) -> float | None:
     if isinstance(value, bool):
         return None
     try:
         number = float(value)
     except (TypeError, ValueError, OverflowError):
         return None
-    if not math.isfinite(number) or number < 0:
+    if not math.isfinite(number) or (number < 0 and not signed):
         return None
     return number
 
 
-def _sample(pair: Any) -> tuple[float, float] | None:
-    """A ``[timestamp, "value"]`` pair as two finite numbers (the value >= 0), else ``None``."""
+def _sample(pair: Any, *, signed: bool = False) -> tuple[float, float] | None:
+    """A ``[timestamp, "value"]`` pair as two finite numbers (the value >= 0 unless
+    ``signed``), else ``None``."""
     if not isinstance(pair, list | tuple) or len(pair) != 2:
         return None
-    value = _finite(pair[1])
+    value = _finite(pair[1], signed=signed)
     if isinstance(pair[0], bool):
         return None
     try:
@@ -117,18 +120,24 @@ def _sample(pair: Any) -> tuple[float, float] | None:
     return stamp, value
 
 
-def _instant_value(result: Any) -> float | None:
-    """The sum of an instant vector (or the scalar), or ``None`` when empty or garbage."""
+def _instant_value(result: Any, *, signed: bool = False) -> float | None:
+    """The sum of an instant vector (or the scalar), or ``None`` when empty or garbage
+    (negative counts as garbage unless ``signed``)."""
     if not isinstance(result, list):
         return None
     if len(result) == 2 and not isinstance(result[0], dict):
-        sample = _sample(result)  # a scalar result: [ts, "value"]
+        sample = _sample(result, signed=signed)  # a scalar result: [ts, "value"]
         return sample[1] if sample is not None else None
-    samples = [_sample(s.get("value")) if isinstance(s, dict) else None for s in result]
+    samples = [
+        _sample(s.get("value"), signed=signed) if isinstance(s, dict) else None for s in result
+    ]
     if not samples or any(s is None for s in samples):
         return None
     return sum(s[1] for s in samples if s is not None)
 
+
+_SIGNED: frozenset[QueryName] = frozenset({"waiting_growth_per_second"})
+"""Quantities that may be negative (a queue that drains)."""
 
 _STATUS = re.compile(r"HTTP Status Code (\d+)")
 
@@ -213,9 +222,11 @@ class PrometheusSource:
         absent = False
         for name, query in self.queries.items():
             result = self._query(name, query, at)
-            value = _instant_value(result)
+            signed = name in _SIGNED
+            value = _instant_value(result, signed=signed)
             if value is None:
-                problems.append(f"{name}: no data or not a finite number >= 0")
+                bound = "" if signed else " >= 0"
+                problems.append(f"{name}: no data or not a finite number{bound}")
             if name == "requests_per_second":
                 absent = isinstance(result, list) and not result
             values[name] = value
