@@ -10,8 +10,13 @@ runs it as the Helm chart does: as the chart's ServiceAccount, under the chart's
 from __future__ import annotations
 
 import gc
+import os
+import socket
+import subprocess
+import sys
 import threading
 import time
+import urllib.request
 import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -23,6 +28,7 @@ import pytest
 import yaml
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
+from prometheus_client.parser import text_string_to_metric_families
 
 from cluster.launcher import LocalCluster
 from integration.chart_rbac import ChartIdentity, chart_identity
@@ -233,3 +239,72 @@ class Kube:
             self.ns, field_selector=f"involvedObject.name={name},involvedObject.kind=InferencePool"
         )
         return sorted(listing.items, key=lambda e: e.metadata.creation_timestamp)
+
+
+# ---------------------------------------------------------------------- processes
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def scrape(port: int) -> dict[str, float]:
+    """Sample name (no labels) -> summed value, from one operator process's /metrics
+    (empty while it does not answer)."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as resp:
+            text = resp.read().decode()
+    except OSError:
+        return {}
+    totals: dict[str, float] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            totals[sample.name] = totals.get(sample.name, 0.0) + sample.value
+    return totals
+
+
+@contextmanager
+def operator_process(
+    cluster: LocalCluster,
+    namespace: str,
+    log: Path,
+    *,
+    leader_identity: str | None = None,
+    interval: float = 2.0,
+) -> Iterator[tuple[subprocess.Popen[bytes], int]]:
+    """``prescaler run`` as a real process on ``namespace`` (as the admin), its output in
+    ``log``; yields the process and its metrics port. With ``leader_identity`` it elects a
+    leader on the Lease ``prescaler`` in ``namespace``. Killed (SIGKILL) at the end if it
+    still runs; a test may kill it earlier."""
+    port = free_port()
+    argv = [
+        str(Path(sys.executable).parent / "prescaler"),
+        "run",
+        "--namespace",
+        namespace,
+        "--metrics-port",
+        str(port),
+        "--interval",
+        str(interval),
+        "--forecast-workers",
+        "0",
+    ]
+    if leader_identity is not None:
+        argv += [
+            "--leader-election",
+            "--leader-lease",
+            "prescaler",
+            "--leader-namespace",
+            namespace,
+            "--leader-identity",
+            leader_identity,
+        ]
+    env = {**os.environ, "KUBECONFIG": str(cluster.kubeconfig)}
+    with log.open("ab") as out:
+        proc = subprocess.Popen(argv, env=env, stdout=out, stderr=subprocess.STDOUT)
+    try:
+        yield proc, port
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait(30)

@@ -7,13 +7,9 @@ failover runs two real ``prescaler run`` processes and kills the leader with SIG
 from __future__ import annotations
 
 import asyncio
-import os
 import signal
-import socket
 import subprocess
-import sys
 import time
-import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -21,13 +17,14 @@ from typing import Any
 
 import pytest
 from kubernetes import client
-from prometheus_client.parser import text_string_to_metric_families
 
 from cluster.launcher import LocalCluster
 from cluster.objects import gpu_deployment
 from integration.operator_fixtures import (  # noqa: F401 (fixtures)
     Kube,
     crd_fixture,
+    operator_process,
+    scrape,
     wait_for,
 )
 from prescaler.kube import LeaseElector, LeaseTimings
@@ -108,59 +105,14 @@ def test_a_leader_that_stops_releases_the_lease_at_once(kube: Any, namespace: st
 
 
 # ---------------------------------------------------------------------- two processes
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _scrape(port: int) -> dict[str, float]:
-    """Sample name (no labels) -> summed value, from one operator's /metrics."""
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as resp:
-            text = resp.read().decode()
-    except OSError:
-        return {}
-    totals: dict[str, float] = {}
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            totals[sample.name] = totals.get(sample.name, 0.0) + sample.value
-    return totals
-
-
 @contextmanager
 def _operator(
     cluster: LocalCluster, namespace: str, identity: str, log_dir: Path
 ) -> Iterator[tuple[subprocess.Popen[bytes], int]]:
-    port = _free_port()
-    argv = [
-        str(Path(sys.executable).parent / "prescaler"),
-        "run",
-        "--namespace",
-        namespace,
-        "--leader-election",
-        "--leader-lease",
-        "prescaler",
-        "--leader-namespace",
-        namespace,
-        "--leader-identity",
-        identity,
-        "--metrics-port",
-        str(port),
-        "--interval",
-        "2",
-        "--forecast-workers",
-        "0",
-    ]
-    env = {**os.environ, "KUBECONFIG": str(cluster.kubeconfig)}
-    with (log_dir / f"{identity}.log").open("wb") as log:
-        proc = subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT)
-    try:
-        yield proc, port
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-        proc.wait(30)
+    with operator_process(
+        cluster, namespace, log_dir / f"{identity}.log", leader_identity=identity
+    ) as running:
+        yield running
 
 
 def test_two_replicas_exactly_one_acts_and_the_other_takes_over_after_sigkill(
@@ -198,13 +150,13 @@ def test_two_replicas_exactly_one_acts_and_the_other_takes_over_after_sigkill(
             lambda: k.deployment("llm").spec.replicas == 2, 120, "the leader to scale to 2"
         )
         wait_for(
-            lambda: _scrape(leader_port).get(reconciles, 0) >= 5, 120, "5 leader reconciles"
+            lambda: scrape(leader_port).get(reconciles, 0) >= 5, 120, "5 leader reconciles"
         )
-        wait_for(lambda: _scrape(follower_port), 120, "the standby replica's /metrics")
-        standby = _scrape(follower_port)
+        wait_for(lambda: scrape(follower_port), 120, "the standby replica's /metrics")
+        standby = scrape(follower_port)
         assert standby.get("prescaler_leader") == 0
         assert standby.get(reconciles, 0) == 0, "the standby replica reconciled"
-        assert _scrape(leader_port).get("prescaler_leader") == 1
+        assert scrape(leader_port).get("prescaler_leader") == 1
         assert holder() == leader
 
         killed_at = time.monotonic()
@@ -212,13 +164,13 @@ def test_two_replicas_exactly_one_acts_and_the_other_takes_over_after_sigkill(
         procs[leader][0].wait(30)
         wait_for(lambda: holder() == follower, 120, "the standby replica to take the Lease")
         wait_for(
-            lambda: _scrape(follower_port).get(reconciles, 0) >= 1,
+            lambda: scrape(follower_port).get(reconciles, 0) >= 1,
             120,
             "the new leader to reconcile",
         )
         takeover = time.monotonic() - killed_at
         print(f"takeover after SIGKILL of the leader: {takeover:.1f} s")
-        assert _scrape(follower_port).get("prescaler_leader") == 1
+        assert scrape(follower_port).get("prescaler_leader") == 1
 
         # The new leader acts: a raised floor reaches the Deployment.
         k.patch_pool("chat", {"minReplicas": 3})

@@ -19,6 +19,7 @@ from prescaler_forecast import AUTO, MODEL_NAMES
 
 TargetKind = Literal["Deployment", "StatefulSet", "HorizontalPodAutoscaler"]
 Mode = Literal["replicas", "hpaFloor"]
+ExternalChangePolicy = Literal["revert", "respect", "pause"]
 Engine = Literal["vllm", "sglang", "tgi"]
 Dtype = Literal["fp32", "bf16", "fp16", "fp8", "int8", "int4"]
 Name = Annotated[str, Field(min_length=1, max_length=253)]
@@ -452,6 +453,17 @@ class InferencePoolSpec(WireModel):
     """Scale-up pacing."""
     dry_run: bool = False
     """Compute and report the plan in status, never patch anything."""
+    external_changes: ExternalChangePolicy = "revert"
+    """What to do when someone else (a person with ``kubectl scale``, another controller)
+    changed the target's replicas (in ``hpaFloor`` mode: the HPA's ``minReplicas``) away
+    from what the operator last set. It is always detected (from ``managedFields``: the
+    writer is not this operator), reported in ``status.externalChange``, condition
+    ``ExternalChange`` and a Warning Event naming the other field manager, and then:
+    ``revert`` puts the plan back at once (the operator owns the replicas, as an HPA does);
+    ``respect`` keeps the other value until the plan itself asks for something else than it
+    did before the change; ``pause`` stops scaling the target until the pool's spec is
+    edited or the replicas return to the operator's value. In ``hpaFloor`` mode the HPA
+    changing the workload's replicas is its job, not an external change."""
 
     model_config = ConfigDict(
         json_schema_extra=validations(

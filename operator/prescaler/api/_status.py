@@ -16,6 +16,7 @@ ConditionType = Literal[
     "ScheduleActive",
     "DryRun",
     "Invalid",
+    "ExternalChange",
 ]
 CONDITION_TYPES: tuple[ConditionType, ...] = (
     "Ready",
@@ -25,6 +26,7 @@ CONDITION_TYPES: tuple[ConditionType, ...] = (
     "ScheduleActive",
     "DryRun",
     "Invalid",
+    "ExternalChange",
 )
 MAX_FORECAST_POINTS = 12
 
@@ -184,6 +186,29 @@ class DemandStatus(WireModel):
     later."""
 
 
+class ExternalChangeStatus(WireModel):
+    """The latest change of the target's replicas (or HPA floor) by someone else."""
+
+    manager: str = Field(max_length=256)
+    """The field manager that wrote it (``managedFields``), ``unknown`` if not recorded."""
+    changed_at: str | None = Field(default=None, max_length=64)
+    """When that manager wrote the target (RFC 3339), if recorded."""
+    detected_at: str = Field(max_length=64)
+    """When the operator found it (RFC 3339)."""
+    from_replicas: int = Field(alias="from")
+    """What the operator had set."""
+    to_replicas: int = Field(alias="to")
+    """What the other manager set."""
+    action: Literal["Reverted", "Respected", "Paused", "Resumed"]
+    """What the operator did about it (``spec.externalChanges``); ``Resumed`` once the
+    operator scales the target again after respecting or pausing."""
+    planned_replicas: int | None = None
+    """``respect``: what the plan asked for at the change (before pacing); the other
+    value holds while the plan asks for the same."""
+    generation: int | None = None
+    """``pause``: the spec generation at the change; an edited spec resumes scaling."""
+
+
 class InferencePoolStatus(WireModel):
     """Observed state of the pool."""
 
@@ -198,7 +223,7 @@ class InferencePoolStatus(WireModel):
         },
     )
     """Ready, MetricsAvailable, ForecastHealthy, CapacityAvailable, ScheduleActive, DryRun,
-    Invalid."""
+    Invalid, ExternalChange."""
     desired_replicas: int | None = None
     """Replicas the plan asks for."""
     current_replicas: int | None = None
@@ -223,3 +248,9 @@ class InferencePoolStatus(WireModel):
     """Last scale-up (RFC 3339)."""
     last_scale_down_time: str | None = Field(default=None, max_length=64)
     """Last scale-down (RFC 3339)."""
+    applied_replicas: int | None = None
+    """Replicas (``hpaFloor``: HPA floor) the operator last set on the target or kept
+    there. The target holding another value, written by another field manager, is an
+    external change."""
+    external_change: ExternalChangeStatus | None = None
+    """The latest external change and what was done about it (``spec.externalChanges``)."""

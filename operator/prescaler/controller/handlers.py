@@ -90,7 +90,7 @@ def register(
         # Spread first runs over one period, so N pools do not fire in one burst.
         initial_delay=lambda **_: random.uniform(0, interval),
     )
-    async def reconcile(patch: kopf.Patch, body: kopf.Body, **kwargs: Any) -> None:
+    async def reconcile(body: kopf.Body, **kwargs: Any) -> None:
         if is_leader is not None and not is_leader():
             return  # a standby replica: no reads, no writes
         claims: kopf.Index[Any, TargetClaim] = kwargs["pools_by_target"]
@@ -98,7 +98,10 @@ def register(
         owner = target_owner(me, claims.get(key, []))
         try:
             pool = _pool({"body": body, **kwargs}, superseded_by=owner)
-            patch.status.update(await reconciler.reconcile(pool))
+            # Written here, not through kopf's patch: kopf ends a timer for good when the
+            # patch after it fails (a 409 on the status, say), and the pool is never
+            # reconciled again. Our adapter retries, and what still fails is retried below.
+            await reconciler.write_status(pool, await reconciler.reconcile(pool))
         except KubeError as exc:
             raise kopf.TemporaryError(str(exc), delay=interval) from exc
 

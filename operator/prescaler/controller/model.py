@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from prescaler.api import API_VERSION, KIND, ColdStartStatus, SelectionStatus
-from prescaler.kube import ObjectRef, PodStart, Workload
+from prescaler.kube import FieldWriter, ObjectRef, PodStart, Workload
 from prescaler.sources import Snapshot
 from prescaler_forecast import Forecast
 
@@ -52,6 +52,8 @@ class Gathered:
     """The pool's hot standby pods, waiting and promoted (``prescaler.io/role``)."""
     idle_since: float | None = None
     """Since when demand has been zero or absent, as witnessed (see ``status.idle_since``)."""
+    current_writer: FieldWriter | None = None
+    """Who last wrote ``current_replicas`` on the target (``managedFields``)."""
 
 
 @dataclass(frozen=True, slots=True, order=True)

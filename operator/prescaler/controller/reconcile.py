@@ -19,6 +19,9 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from prescaler.api import (
+    GROUP,
+    PLURAL,
+    VERSION,
     InferencePoolSpec,
     InferencePoolStatus,
     SpecError,
@@ -31,6 +34,7 @@ from prescaler.api import (
     scheduled_windows,
 )
 from prescaler.capacity import CapacityModel
+from prescaler.controller import external
 from prescaler.controller.forecast import ForecastHub
 from prescaler.controller.model import (
     TARGET_CONFLICT,
@@ -141,6 +145,12 @@ class Reconciler:
         self.forecasts.forget(pool.uid)
         self.metrics.forget(pool.namespace, pool.name)
 
+    async def write_status(self, pool: PoolObject, patch: dict[str, Any]) -> None:
+        """Write a reconcile's status patch (retried on conflicts, throttling and server
+        errors by the adapter); a pool deleted meanwhile is not an error."""
+        with contextlib.suppress(NotFound):
+            await self.kube.patch_status(GROUP, VERSION, PLURAL, pool.namespace, pool.name, patch)
+
     async def reconcile(self, pool: PoolObject) -> dict[str, Any]:
         """Reconcile once; returns the status merge patch to write."""
         now = self.clock()
@@ -163,7 +173,14 @@ class Reconciler:
                     "(the oldest pool keeps a target); point this pool elsewhere",
                 )
             capacity = self._capacity(spec, gathered.snapshot)
+            examined = external.examine(spec, pool.generation, previous, gathered, now)
+            previous = examined.previous
             decision = decide(spec, capacity, gathered, windows, previous, now)
+            decision, change = external.govern(spec, pool.generation, examined, decision)
+            if examined.found is not None:
+                await self.kube.post_event(
+                    pool.ref, "Warning", "ExternalChange", external.describe(examined.found, spec)
+                )
             drain = None
             if decision.desired_replicas < decision.current_replicas and spec.mode == "replicas":
                 drain = await self._drain_plan(pool, spec, gathered, now)
@@ -172,6 +189,9 @@ class Reconciler:
             standby = await self._apply(pool, spec, decision, gathered, previous, drain)
             status = compose_status(
                 spec, pool.generation, previous, decision, gathered, capacity, windows, standby, now
+            )
+            status = external.record(
+                status, spec, examined, change, decision, now, pool.generation
             )
             if not spec.dry_run:
                 await self._capacity_event(pool, previous, status)
@@ -206,9 +226,11 @@ class Reconciler:
                     )
                 workload = await self.kube.get_workload(ns, hpa.target_kind, hpa.target_name)
                 current = hpa.min_replicas
+                writer = hpa.min_replicas_writer
             else:
                 workload = await self.kube.get_workload(ns, target.kind, target.name)
                 current = workload.replicas
+                writer = workload.replicas_writer
         except NotFound as exc:
             raise InvalidPool("TargetNotFound", f"target not found: {exc}") from None
 
@@ -254,6 +276,7 @@ class Reconciler:
             pods=tuple(pods),
             hot_pods=tuple(hot_pods),
             idle_since=idle,
+            current_writer=writer,
         )
 
     async def _source(

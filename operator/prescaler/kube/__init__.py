@@ -8,8 +8,10 @@ Errors::
 
 from prescaler.kube._client import (
     DELETION_COST_ANNOTATION,
+    FIELD_MANAGER,
     KubeApi,
     KubeClient,
+    field_writer,
     label_selector,
     load_api_client,
     parse_time,
@@ -34,6 +36,7 @@ from prescaler.kube._manifests import (
     promotion_patch,
 )
 from prescaler.kube._types import (
+    FieldWriter,
     Hpa,
     KubeError,
     NotFound,
@@ -45,6 +48,7 @@ from prescaler.kube._types import (
 
 __all__ = [
     "DELETION_COST_ANNOTATION",
+    "FIELD_MANAGER",
     "HASH_ANNOTATION",
     "POOL_LABEL",
     "ROLE_HOT",
@@ -52,6 +56,7 @@ __all__ = [
     "ROLE_PLACEHOLDER",
     "ROLE_PRE_PULL",
     "ROLE_PROMOTED",
+    "FieldWriter",
     "Hpa",
     "KubeApi",
     "KubeClient",
@@ -63,6 +68,7 @@ __all__ = [
     "PodStart",
     "StandbyObservation",
     "Workload",
+    "field_writer",
     "first_image",
     "hot_standby_deployment",
     "label_selector",

@@ -12,6 +12,8 @@ import base64
 import contextlib
 import functools
 import json
+import logging
+import random
 import uuid
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -21,9 +23,11 @@ from typing import Any, Protocol
 from kubernetes import client
 from kubernetes import config as _config
 from kubernetes.client.exceptions import ApiException
+from urllib3.exceptions import HTTPError as TransportError
 
 from prescaler.kube._manifests import HASH_ANNOTATION, ROLE_LABEL
 from prescaler.kube._types import (
+    FieldWriter,
     Hpa,
     KubeError,
     NotFound,
@@ -33,8 +37,16 @@ from prescaler.kube._types import (
     Workload,
 )
 
+log = logging.getLogger("prescaler.kube")
 config: Any = _config  # untyped module
 USER_AGENT = "prescaler-operator"
+FIELD_MANAGER = USER_AGENT
+"""The field manager of every write (``managedFields``): how the operator tells its own
+writes of a target's replicas from someone else's."""
+TRANSIENT = frozenset({429, 500, 502, 503, 504})
+"""Answers worth the same request again: throttled, or the server failed (not the request)."""
+RETRY_AFTER_LIMIT = 30.0
+"""The longest ``Retry-After`` obeyed; a longer one is cut to this."""
 MERGE_PATCH = "application/merge-patch+json"
 DELETION_COST_ANNOTATION = "controller.kubernetes.io/pod-deletion-cost"
 """The ReplicaSet controller removes pods with the lowest cost first on a scale-down."""
@@ -64,6 +76,34 @@ def label_selector(selector: Mapping[str, Any]) -> str:
         elif op == "DoesNotExist":
             parts.append(f"!{key}")
     return ",".join(parts)
+
+
+def field_writer(obj: Mapping[str, Any], path: tuple[str, ...]) -> FieldWriter | None:
+    """Who last wrote the field at ``path`` (e.g. ``("spec", "replicas")``), from the
+    object's ``managedFields``: the newest entry that owns it (``None`` if none does)."""
+    best: FieldWriter | None = None
+    for entry in (obj.get("metadata") or {}).get("managedFields") or []:
+        owned: Any = entry.get("fieldsV1") or {}
+        for part in path:
+            owned = owned.get(f"f:{part}") if isinstance(owned, dict) else None
+        if owned is None:
+            continue
+        writer = FieldWriter(
+            manager=str(entry.get("manager") or "unknown"),
+            time=parse_time(entry.get("time")),
+            subresource=str(entry.get("subresource") or ""),
+        )
+        if best is None or (writer.time or 0.0) >= (best.time or 0.0):
+            best = writer
+    return best
+
+
+def _retry_after(exc: ApiException) -> float | None:
+    headers = exc.headers or {}
+    try:
+        return min(RETRY_AFTER_LIMIT, max(0.0, float(str(headers.get("Retry-After")))))
+    except (TypeError, ValueError):
+        return None
 
 
 def pod_start(pod: Mapping[str, Any]) -> PodStart:
@@ -104,6 +144,15 @@ class KubeApi(Protocol):
     async def patch_hpa_min(self, namespace: str, name: str, min_replicas: int) -> None: ...
     async def list_pod_starts(self, namespace: str, selector: str) -> list[PodStart]: ...
     async def patch_pod(self, namespace: str, name: str, patch: dict[str, Any]) -> None: ...
+    async def patch_status(
+        self,
+        group: str,
+        version: str,
+        plural: str,
+        namespace: str,
+        name: str,
+        status: dict[str, Any],
+    ) -> None: ...
     async def delete_pod(self, namespace: str, name: str) -> None: ...
     async def read_secret(self, namespace: str, name: str) -> dict[str, str]: ...
     async def ensure(self, obj: dict[str, Any]) -> StandbyObservation: ...
@@ -126,15 +175,29 @@ def load_api_client(kubeconfig: str | None = None, pool_size: int = 16) -> clien
 
 
 class KubeClient:
-    """:class:`KubeApi` over the ``kubernetes`` client, calls run in a thread pool."""
+    """:class:`KubeApi` over the ``kubernetes`` client, calls run in a thread pool.
 
-    def __init__(self, api_client: client.ApiClient, threads: int = 16) -> None:
+    Every call is retried with exponential backoff and jitter (``backoffs`` seconds) when
+    the API server answers 429 or 5xx or the connection fails, obeying ``Retry-After``
+    (up to :data:`RETRY_AFTER_LIMIT`). Writes that set absolute values (scale, HPA floor,
+    pod annotations, status) are also retried on 409; a create that meets 409 on a retry
+    finds what its first attempt made. What still fails raises :class:`KubeError`.
+    """
+
+    def __init__(
+        self,
+        api_client: client.ApiClient,
+        threads: int = 16,
+        backoffs: tuple[float, ...] = (0.2, 0.5, 1.0, 2.0, 4.0),
+    ) -> None:
         self._api = api_client
         self._pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="kube")
+        self._backoffs = backoffs
         self.apps = client.AppsV1Api(api_client)
         self.core = client.CoreV1Api(api_client)
         self.autoscaling = client.AutoscalingV2Api(api_client)
         self.scheduling = client.SchedulingV1Api(api_client)
+        self.custom = client.CustomObjectsApi(api_client)
 
     @property
     def api_client(self) -> client.ApiClient:
@@ -144,24 +207,54 @@ class KubeClient:
         self._pool.shutdown(wait=False, cancel_futures=True)
         self._api.close()  # type: ignore[no-untyped-call]
 
-    async def _call(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        """Run one API call in the pool; JSON in, parsed JSON out; errors typed."""
+    async def _call(
+        self,
+        fn: Callable[..., Any],
+        *args: Any,
+        conflicts: bool = False,
+        created: bool = False,
+        **kwargs: Any,
+    ) -> Any:
+        """Run one API call in the pool; JSON in, parsed JSON out; errors typed.
+
+        Retried as the class says; ``conflicts``: a 409 is retried too (absolute writes);
+        ``created``: a 409 after a failed first attempt means that attempt created it.
+        """
 
         def run() -> Any:
             response = fn(*args, _preload_content=False, **kwargs)
             data = response.data
             return json.loads(data) if data else None
 
+        name = getattr(fn, "__name__", "call")
         loop = asyncio.get_running_loop()
-        try:
-            return await loop.run_in_executor(self._pool, functools.partial(run))
-        except ApiException as exc:
-            message = f"{getattr(fn, '__name__', 'call')}: {exc.status} {exc.reason}"
-            with contextlib.suppress(TypeError, ValueError, AttributeError):
-                message += f": {json.loads(exc.body or '').get('message', '')}"
-            if exc.status == 404:
-                raise NotFound(message, 404) from None
-            raise KubeError(message, exc.status) from None
+        for attempt in range(len(self._backoffs) + 1):
+            last = attempt == len(self._backoffs)
+            try:
+                return await loop.run_in_executor(self._pool, functools.partial(run))
+            except ApiException as exc:
+                message = f"{name}: {exc.status} {exc.reason}"
+                with contextlib.suppress(TypeError, ValueError, AttributeError):
+                    message += f": {json.loads(exc.body or '').get('message', '')}"
+                if exc.status == 404:
+                    raise NotFound(message, 404) from None
+                if exc.status == 409 and created and attempt > 0:
+                    return None
+                retry = exc.status in TRANSIENT or (exc.status == 409 and conflicts)
+                if last or not retry:
+                    raise KubeError(message, exc.status) from None
+                delay = _retry_after(exc) if exc.status == 429 else None
+            except TransportError as exc:
+                message = f"{name}: {type(exc).__name__}: {exc}"
+                if last:
+                    raise KubeError(message) from None
+                delay = None
+            if delay is None:
+                base = self._backoffs[attempt]
+                delay = base * random.uniform(0.75, 1.25)
+            log.info("%s; retrying in %.1f s", message, delay)
+            await asyncio.sleep(delay)
+        raise AssertionError("unreachable")
 
     # ---------------------------------------------------------------- targets
     def _reader(self, kind: str) -> tuple[Callable[..., Any], Callable[..., Any]]:
@@ -185,11 +278,19 @@ class KubeClient:
             ready_replicas=int(status.get("readyReplicas") or 0),
             selector=label_selector(spec.get("selector") or {}),
             template=spec.get("template") or {},
+            replicas_writer=field_writer(obj, ("spec", "replicas")),
         )
 
     async def patch_scale(self, namespace: str, kind: str, name: str, replicas: int) -> None:
         _, patch = self._reader(kind)
-        await self._call(patch, name, namespace, {"spec": {"replicas": replicas}})
+        await self._call(
+            patch,
+            name,
+            namespace,
+            {"spec": {"replicas": replicas}},
+            field_manager=FIELD_MANAGER,
+            conflicts=True,
+        )
 
     async def get_hpa(self, namespace: str, name: str) -> Hpa:
         obj = await self._call(
@@ -204,6 +305,7 @@ class KubeClient:
             current_replicas=int(status.get("currentReplicas") or 0),
             target_kind=ref.get("kind", ""),
             target_name=ref.get("name", ""),
+            min_replicas_writer=field_writer(obj, ("spec", "minReplicas")),
         )
 
     async def patch_hpa_min(self, namespace: str, name: str, min_replicas: int) -> None:
@@ -213,6 +315,8 @@ class KubeClient:
             namespace,
             {"spec": {"minReplicas": min_replicas}},
             _content_type=MERGE_PATCH,
+            field_manager=FIELD_MANAGER,
+            conflicts=True,
         )
 
     async def list_pod_starts(self, namespace: str, selector: str) -> list[PodStart]:
@@ -224,7 +328,36 @@ class KubeClient:
     async def patch_pod(self, namespace: str, name: str, patch: dict[str, Any]) -> None:
         """A merge patch of one pod's metadata (deletion cost, hot standby promotion)."""
         await self._call(
-            self.core.patch_namespaced_pod, name, namespace, patch, _content_type=MERGE_PATCH
+            self.core.patch_namespaced_pod,
+            name,
+            namespace,
+            patch,
+            _content_type=MERGE_PATCH,
+            conflicts=True,
+        )
+
+    async def patch_status(
+        self,
+        group: str,
+        version: str,
+        plural: str,
+        namespace: str,
+        name: str,
+        status: dict[str, Any],
+    ) -> None:
+        """A merge patch of a custom object's status subresource (absolute values, so a
+        conflict is retried)."""
+        await self._call(
+            self.custom.patch_namespaced_custom_object_status,
+            group,
+            version,
+            namespace,
+            plural,
+            name,
+            {"status": status},
+            _content_type=MERGE_PATCH,
+            field_manager=FIELD_MANAGER,
+            conflicts=True,
         )
 
     async def delete_pod(self, namespace: str, name: str) -> None:
@@ -264,7 +397,7 @@ class KubeClient:
         try:
             current = await self._call(read, meta["name"], meta["namespace"])
         except NotFound:
-            await self._call(create, meta["namespace"], obj)
+            await self._call(create, meta["namespace"], obj, created=True)
             return StandbyObservation(desired=_desired(obj, None), ready=0)
         current_hash = (current["metadata"].get("annotations") or {}).get(HASH_ANNOTATION)
         if current_hash != meta["annotations"][HASH_ANNOTATION]:
@@ -289,13 +422,16 @@ class KubeClient:
             await self._call(self.scheduling.read_priority_class, obj["metadata"]["name"])
         except NotFound:
             try:
-                await self._call(self.scheduling.create_priority_class, obj)
+                await self._call(self.scheduling.create_priority_class, obj, created=True)
             except KubeError as exc:
                 if exc.status != 409:
                     raise
 
     # ---------------------------------------------------------------- events
     async def post_event(self, ref: ObjectRef, type_: str, reason: str, message: str) -> None:
+        """Post an Event (retried like every call). One that still cannot be posted is
+        logged and dropped: the status, written next, is the record, and a lost Event must
+        not undo a reconcile whose scale already happened."""
         now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
         event = {
             "apiVersion": "v1",
@@ -323,7 +459,12 @@ class KubeClient:
             "action": reason,
             "count": 1,
         }
-        await self._call(self.core.create_namespaced_event, ref.namespace, event)
+        try:
+            await self._call(
+                self.core.create_namespaced_event, ref.namespace, event, created=True
+            )
+        except KubeError as exc:
+            log.warning("Event %s on %s/%s not posted: %s", reason, ref.namespace, ref.name, exc)
 
 
 def _desired(obj: dict[str, Any], current: dict[str, Any] | None) -> int:

@@ -40,6 +40,18 @@ class ObjectRef:
 
 
 @dataclass(frozen=True, slots=True)
+class FieldWriter:
+    """Who last wrote a field, from the object's ``managedFields``."""
+
+    manager: str
+    """The field manager (``kubectl``, a controller's name, or ``prescaler-operator``)."""
+    time: float | None
+    """When that manager last wrote the object (unix s), if recorded."""
+    subresource: str = ""
+    """The subresource it wrote through (``scale``), empty for the object itself."""
+
+
+@dataclass(frozen=True, slots=True)
 class Workload:
     """A Deployment or StatefulSet as far as scaling and cold starts care."""
 
@@ -51,6 +63,8 @@ class Workload:
     """Label selector of its pods, in ``a=b,c in (d)`` form."""
     template: dict[str, Any] = field(default_factory=dict)
     """The pod template (metadata and spec)."""
+    replicas_writer: FieldWriter | None = None
+    """Who last wrote ``spec.replicas`` (``None``: not recorded)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,6 +77,8 @@ class Hpa:
     current_replicas: int
     target_kind: str
     target_name: str
+    min_replicas_writer: FieldWriter | None = None
+    """Who last wrote ``spec.minReplicas`` (``None``: not recorded)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,0 +1,136 @@
+"""API server faults, injected for real: the operator talks to the local kube-apiserver
+through a fault-injecting proxy (``cluster.apiproxy``), kopf's watches and the pipeline's
+calls alike. Each case answers a kind of request with 409, 429 (``Retry-After``), 500 or
+503, or cuts the pool watch mid-stream, while a spec change asks for a scale 1 -> 3. The
+operator must retry and converge to the same plan: replicas 3, the status written (with
+the scale's time), exactly one scale write reaching the API server and one ``ScaledUp``
+Event, and nothing reported as an external change.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from cluster.apiproxy import ApiProxy, Rule
+from cluster.launcher import LocalCluster
+from cluster.objects import gpu_deployment
+from integration.operator_fixtures import (  # noqa: F401 (fixtures)
+    Kube,
+    crd_fixture,
+    running_operator,
+    wait_for,
+)
+from prescaler.metrics import Metrics
+
+pytestmark = pytest.mark.cluster
+
+SCALE = r"/namespaces/[^/]+/deployments/llm/scale$"
+STATUS = r"/inferencepools/chat/status$"
+RETRIES = 5
+"""The adapter's retries per call (``KubeClient`` backoffs)."""
+
+FAULTS: dict[str, Rule] = {
+    # Beyond the adapter's retries: the reconcile fails after its scale, the next one must
+    # find its own write and restore the scale's time.
+    "status-patch-409": Rule("PATCH", STATUS, status=409, times=RETRIES + 3),
+    "scale-patch-409": Rule("PATCH", SCALE, status=409, times=RETRIES + 3),
+    "scale-patch-503": Rule("PATCH", SCALE, status=503, times=3),
+    "deployment-read-429": Rule(
+        "GET", r"/deployments/llm$", status=429, times=2, retry_after=2, watch=False
+    ),
+    "pod-list-500": Rule("GET", r"/namespaces/[^/]+/pods$", status=500, times=3, watch=False),
+    "pool-watch-drop": Rule("GET", r"/inferencepools$", action="drop", times=3, watch=True),
+}
+
+
+@pytest.fixture
+def api_proxy(cluster: LocalCluster, tmp_path: Path) -> Iterator[ApiProxy]:
+    proxy = ApiProxy.start_for(cluster.kubeconfig, tmp_path / "apiproxy")
+    try:
+        yield proxy
+    finally:
+        proxy.stop()
+
+
+def _reconciles(metrics: Metrics) -> float:
+    return sum(
+        s.value
+        for family in metrics.registry.collect()
+        for s in family.samples
+        if s.name == "prescaler_reconcile_duration_seconds_count"
+    )
+
+
+def _condition(status: dict[str, Any], kind: str) -> dict[str, Any]:
+    return next((c for c in status.get("conditions", []) if c["type"] == kind), {})
+
+
+@pytest.mark.parametrize("fault", FAULTS.values(), ids=list(FAULTS))
+def test_the_operator_converges_through_api_server_faults(
+    cluster: LocalCluster,
+    crd: None,
+    kube: Any,
+    namespace: str,
+    api_proxy: ApiProxy,
+    fault: Rule,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    k = Kube(kube, namespace)
+    k.create_deployment(gpu_deployment("llm", 1))
+    k.create_pool(
+        "chat",
+        {
+            "target": {"name": "llm"},
+            "minReplicas": 1,
+            "maxReplicas": 6,
+            "model": {"tokensPerSecond": 3750},
+            "coldStart": {"mode": "fixed", "seconds": 30},
+        },
+    )
+    monkeypatch.setenv("KUBECONFIG", str(api_proxy.kubeconfig))  # kopf's own login
+    with running_operator(cluster, namespace, kubeconfig=str(api_proxy.kubeconfig)) as metrics:
+        wait_for(lambda: k.status("chat").get("appliedReplicas") == 1, 120, "the first status")
+        rule = api_proxy.add(replace(fault, fired=0, fired_at=[]))
+        k.patch_pool("chat", {"minReplicas": 3})
+        wait_for(lambda: rule.exhausted, 180, f"the fault to fire {rule.times} times")
+        wait_for(lambda: k.deployment("llm").spec.replicas == 3, 180, "replicas 3")
+        wait_for(
+            lambda: (
+                k.status("chat").get("appliedReplicas") == 3
+                and k.status("chat").get("lastScaleUpTime")
+            ),
+            180,
+            "the status of the scale",
+        )
+        # Converged: a few more reconciles change nothing.
+        seen = _reconciles(metrics)
+        wait_for(lambda: _reconciles(metrics) >= seen + 3, 120, "three more reconciles")
+        status = k.status("chat")
+
+    assert k.deployment("llm").spec.replicas == 3
+    assert status["desiredReplicas"] == 3
+    assert _condition(status, "ExternalChange").get("status") == "False", status
+    assert "externalChange" not in status
+    reasons = [e.reason for e in k.events("chat")]
+    assert reasons.count("ScaledUp") == 1, reasons
+    assert "ScaledDown" not in reasons, reasons
+    assert "ExternalChange" not in reasons, reasons
+    scales = [s for s in api_proxy.seen() if s.method == "PATCH" and s.path.endswith("/llm/scale")]
+    written = [s for s in scales if s.injected is None and s.status == 200]
+    assert [json.loads(s.body)["spec"]["replicas"] for s in written] == [3], scales
+    if fault.retry_after is not None:
+        # Each retry waited at least what the server asked for.
+        after = [
+            s.at
+            for s in api_proxy.seen()
+            if s.method == fault.method and s.path.endswith("/deployments/llm")
+        ]
+        for fired in rule.fired_at:
+            retry = min(t for t in after if t > fired)
+            assert retry - fired >= fault.retry_after - 0.05, (fired, retry)
