@@ -69,8 +69,10 @@ def test_scales_up_ahead_of_the_forecast_ramp(
     kube: Any, namespace: str, prometheus: Prometheus, operator: Metrics
 ) -> None:
     k = Kube(kube, namespace)
-    cold_start, margin = 20, 20
-    ramp_at = math.ceil((time.time() + 200) / STEP) * STEP
+    # A wide margin and a far ramp leave a slow first forecast or reconcile room on a busy
+    # machine; the assertions below still hold the plan to the cold start.
+    cold_start, margin = 20, 60
+    ramp_at = math.ceil((time.time() + 300) / STEP) * STEP
     backfill_daily_ramp(prometheus, namespace, ramp_at)
     k.create_deployment(gpu_deployment("llm", 1, ready_delay=f"{cold_start}s"))
     k.create_pool(
@@ -119,7 +121,8 @@ def test_scales_up_ahead_of_the_forecast_ramp(
         max(1.0, full - time.time() + 30),
         f"{need} ready replicas",
     )
-    assert time.time() <= full + 1, "the full fleet was ready only after the demand needed it"
+    _, ready = pod_times(k, "llm")  # the API server's times, not this test's polling
+    assert ready[need - 1] <= full + 1, "the full fleet was ready only after the demand needed it"
     status = k.status("chat")
     assert status["plan"]["constraint"] in ("compute", "memory")
     assert status["forecast"]["peak"] >= HIGH * 0.8
