@@ -68,6 +68,7 @@ from prescaler_forecast._selection import Evidence, Selection, SelectionConfig, 
 from prescaler_forecast._service import AUTO, SELECTION, ForecastService
 from prescaler_forecast._types import (
     STATUS_INSUFFICIENT_HISTORY,
+    STATUS_MODEL_FAILED,
     STATUS_OK,
     EventWindow,
     Forecast,
@@ -81,6 +82,7 @@ __all__ = [
     "MODEL_NAMES",
     "SELECTION",
     "STATUS_INSUFFICIENT_HISTORY",
+    "STATUS_MODEL_FAILED",
     "STATUS_OK",
     "Band",
     "EvaluationResult",

@@ -50,8 +50,15 @@ class Band:
         return cls(ones, ones, np.asarray(lo, dtype=float), np.asarray(hi, dtype=float))
 
     def apply(self, mean: FloatArray) -> tuple[FloatArray, FloatArray, FloatArray]:
-        """``(mean, lower, upper)``, clipped so that ``0 <= lower <= mean <= upper``."""
-        m = np.maximum(np.nan_to_num(np.asarray(mean, dtype=float), nan=0.0), 0.0)
+        """``(mean, lower, upper)``, clipped so that ``0 <= lower <= mean <= upper``.
+
+        A non-finite mean raises ``ValueError``: a model that cannot say the demand has
+        failed (the service passes it over); read as zero, it would release the fleet.
+        """
+        raw = np.asarray(mean, dtype=float)
+        if not np.all(np.isfinite(raw)):
+            raise ValueError("the model answered a non-finite mean demand")
+        m = np.maximum(raw, 0.0)
         n = len(m)
         upper = np.maximum(m * self.hi_mult[:n] + self.hi_add[:n], m)
         lower = np.clip(m * self.lo_mult[:n] - self.lo_add[:n], 0.0, m)

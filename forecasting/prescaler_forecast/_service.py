@@ -10,7 +10,10 @@
   ``refit_seconds`` (default 600), or sooner if its cached curve does not reach the horizon;
 * the **nowcast correction** of a cached Prophet fit between refits;
 * the **fallback**: with too little history for any model, an ``insufficient_history``
-  forecast (last level, or zero), never an exception.
+  forecast (last level, or zero), never an exception. A model that *fails* (raises
+  anything, or answers non-finite values) is passed over like one without enough
+  history: the next candidate that works, else the last level, answers with status
+  ``model_failed`` and says in ``detail`` what failed.
 
 Off the event loop: :meth:`ForecastService.forecast_async` runs the two expensive steps,
 :func:`select_model` and :func:`fit_model`, in the given executor (a
@@ -22,14 +25,14 @@ from __future__ import annotations
 
 import asyncio
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Executor
 from dataclasses import replace
 
 import numpy as np
 import pandas as pd
 
-from prescaler_forecast._base import check_quantile
+from prescaler_forecast._base import Forecaster, check_quantile
 from prescaler_forecast._conformal import OnlineCalibrator
 from prescaler_forecast._fitting import (
     MODEL_NAMES,
@@ -43,7 +46,12 @@ from prescaler_forecast._fitting import (
 )
 from prescaler_forecast._hygiene import series_to_grid
 from prescaler_forecast._selection import Selection, SelectionConfig, select_model
-from prescaler_forecast._types import EventWindow, Forecast, InsufficientHistoryError
+from prescaler_forecast._types import (
+    STATUS_MODEL_FAILED,
+    EventWindow,
+    Forecast,
+    InsufficientHistoryError,
+)
 
 __all__ = ["AUTO", "SELECTION", "ForecastService"]
 
@@ -70,6 +78,8 @@ class ForecastService:
         selection: how auto-selection backtests.
         calibrate: replace the models' own upper band, once enough errors are in, by the
             per-lead quantile of the served forecasts' errors (:class:`OnlineCalibrator`).
+        models: builders that replace registered models by name (a user's own model, or a
+            failing one in a test); cheap ones only, as the expensive path pickles fits.
     """
 
     def __init__(
@@ -85,6 +95,7 @@ class ForecastService:
         candidates: Sequence[str] = MODEL_NAMES,
         selection: SelectionConfig | None = None,
         calibrate: bool = True,
+        models: Mapping[str, Callable[[], Forecaster]] | None = None,
     ) -> None:
         if model != AUTO and model not in MODEL_NAMES:
             raise ValueError(f"unknown model {model!r}; choose from auto, {', '.join(MODEL_NAMES)}")
@@ -109,6 +120,7 @@ class ForecastService:
         self.selection: Selection | None = None
         """The latest auto-selection (``None`` before the first, or for a fixed model)."""
         self._runners: dict[str, ModelRunner] = {}
+        self._models = dict(models or {})
         self.calibrator = OnlineCalibrator(self.spec.quantile) if calibrate else None
         """Sets the upper band from the served forecasts' own errors (``None``: off)."""
 
@@ -124,7 +136,9 @@ class ForecastService:
     def runner(self, name: str) -> ModelRunner:
         """The cached-fit runner of one model (created on first use)."""
         if name not in self._runners:
-            self._runners[name] = ModelRunner(replace(self.spec, name=name), self.refit_seconds)
+            self._runners[name] = ModelRunner(
+                replace(self.spec, name=name), self.refit_seconds, make=self._models.get(name)
+            )
         return self._runners[name]
 
     def install(self, fitted: FittedModel) -> None:
@@ -254,9 +268,13 @@ class ForecastService:
         fitted = runner.fitted
         if runner.cheap:
             return self._served(self._forecast(start, values, now, eligible), start, values)
+        failed: list[str] = []
         if fitted is not None and fitted.usable_at(now, self.horizon_seconds):
-            result = forecast_from_fit(fitted, start, values, now, self.horizon_seconds)
-            return self._served(self._decorate(result, name), start, values)
+            try:
+                result = forecast_from_fit(fitted, start, values, now, self.horizon_seconds)
+                return self._served(self._decorate(result, name), start, values)
+            except Exception as exc:  # a failing model is passed over, never raised
+                failed.append(f"{name} failed: {_describe_error(exc)}")
         scores = self.selection.scores if self.selection is not None else {}
         cheap = sorted(
             (c for c in eligible if self.runner(c).cheap),
@@ -267,15 +285,20 @@ class ForecastService:
                 result = self.runner(candidate).forecast(start, values, now)
             except InsufficientHistoryError:
                 continue
+            except Exception as exc:  # a failing model is passed over, never raised
+                failed.append(f"{candidate} failed: {_describe_error(exc)}")
+                continue
             note = f"interim: {candidate} until {name} is fitted"
             score = scores.get(candidate)
-            detail = "; ".join(x for x in (note, result.detail) if x)
-            return self._served(replace(result, score=score, detail=detail), start, values)
-        return self._served(
-            self._fallback(values, now, f"{name} is not fitted yet; no cheap model can stand in"),
-            start,
-            values,
-        )
+            detail = "; ".join(x for x in (*failed, note, result.detail) if x)
+            status = STATUS_MODEL_FAILED if failed else result.status
+            result = replace(result, score=score, detail=detail, status=status)
+            return self._served(result, start, values)
+        why = f"{name} is not fitted yet; no cheap model can stand in"
+        fallback = self._fallback(values, now, "; ".join((*failed, why)))
+        if failed:
+            fallback = replace(fallback, status=STATUS_MODEL_FAILED)
+        return self._served(fallback, start, values)
 
     def _served(self, forecast: Forecast, start: float, values: FloatArray) -> Forecast:
         """Every forecast this service answers passes here: the calibrator scores the
@@ -318,6 +341,7 @@ class ForecastService:
         self, start: float, values: FloatArray, now: float, eligible: tuple[str, ...]
     ) -> Forecast:
         tried: list[str] = []
+        failed: list[str] = []
         name = self._chosen(eligible) if eligible else None
         order = [n for n in (name, *eligible) if n is not None]
         for candidate in dict.fromkeys(order):
@@ -326,17 +350,37 @@ class ForecastService:
             except InsufficientHistoryError as exc:
                 tried.append(f"{candidate}: {exc}")
                 continue
+            except Exception as exc:  # a failing model is passed over, never raised
+                failed.append(f"{candidate} failed: {_describe_error(exc)}")
+                continue
             score, detail = None, result.detail
             if self.selection is not None and self.selection.model == candidate:
                 score = self.selection.score
                 detail = "; ".join(x for x in (self.selection.describe(), detail) if x)
+            if failed:
+                notes = [*failed, f"{candidate} took over", detail]
+                detail = "; ".join(x for x in notes if x)
+                return replace(result, score=score, detail=detail, status=STATUS_MODEL_FAILED)
             return replace(result, score=score, detail=detail)
-        return self._fallback(values, now, "; ".join(tried) or "no model has enough history")
+        detail = "; ".join((*failed, *tried)) or "no model has enough history"
+        fallback = self._fallback(values, now, detail)
+        return replace(fallback, status=STATUS_MODEL_FAILED) if failed else fallback
+
+    def fallback(self, history: pd.Series, now: float, detail: str) -> Forecast:
+        """The last level of ``history`` before ``now``, flat, with status
+        ``model_failed``: what to plan with when the models cannot answer at all (e.g.
+        the operator gave up waiting for them). Touches no model state."""
+        _, values = self.grid(history, now)
+        return replace(self._fallback(values, now, detail), status=STATUS_MODEL_FAILED)
 
     def _fallback(self, values: FloatArray, now: float, detail: str) -> Forecast:
         return fallback_forecast(
             values, self.step_seconds, now, self.horizon_seconds, self.spec.quantile, detail
         )
+
+
+def _describe_error(exc: Exception) -> str:
+    return f"{type(exc).__name__}: {exc}"[:300]
 
 
 def _select(

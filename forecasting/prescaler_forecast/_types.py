@@ -8,6 +8,7 @@ from typing import Final
 
 __all__ = [
     "STATUS_INSUFFICIENT_HISTORY",
+    "STATUS_MODEL_FAILED",
     "STATUS_OK",
     "EventWindow",
     "Forecast",
@@ -19,6 +20,10 @@ STATUS_OK: Final = "ok"
 """The requested (or auto-selected) model produced the forecast."""
 STATUS_INSUFFICIENT_HISTORY: Final = "insufficient_history"
 """Too little history for any real model: a fallback (last level, or zero) was used."""
+STATUS_MODEL_FAILED: Final = "model_failed"
+"""The requested (or selected) model failed (raised, answered non-finite values, or, in
+the operator, timed out): the next model that works, else the fallback (last level),
+produced the points. ``detail`` says what failed."""
 
 
 class InsufficientHistoryError(ValueError):
@@ -68,7 +73,8 @@ class Forecast:
     points: tuple[ForecastPoint, ...]
     """Consecutive steps covering ``(generated_at, generated_at + horizon]``."""
     status: str = STATUS_OK
-    """``"ok"`` or ``"insufficient_history"`` (a fallback produced the points)."""
+    """``"ok"``, ``"insufficient_history"`` (a fallback produced the points) or
+    ``"model_failed"`` (another model or the fallback stood in for a failed one)."""
     detail: str = ""
     """A human-readable note, e.g. why history was insufficient or how the model was chosen."""
 

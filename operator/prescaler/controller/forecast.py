@@ -18,6 +18,13 @@ series from it (when the fingerprint of series and settings matches) and does no
 before it is due. A series' first job in a process is spread over
 ``first_fit_spread_seconds`` so a restart does not start every fit at once.
 
+**Failing models.** A model that raises or answers garbage is passed over by the
+service (another model, else the last level, stands in: ``ForecastHealthy=False``,
+reason ``ModelFailed``). The cheap forecast of a refresh runs in the thread pool and is
+waited for at most ``model_timeout_seconds``: a model that hangs does not hold the event
+loop, the last level stands in (reason ``ForecastTimeout``), and the series is not
+forecast again until the hung call returns.
+
 **Staleness.** When a due step waits longer than ``stale_seconds`` (a long queue, failing
 fits) or the history stops refreshing, the result says ``Stale``: the plan still uses the
 forecast (the planner holds on one older than its max age), and the condition and the
@@ -48,6 +55,7 @@ from prescaler.sources import PrometheusSource
 from prescaler_forecast import (
     AUTO,
     SELECTION,
+    STATUS_MODEL_FAILED,
     STATUS_OK,
     EventWindow,
     Forecast,
@@ -121,6 +129,11 @@ class _Series:
     started: bool = False
     """Whether this process queued a job for the series yet (the first one is spread)."""
     closed: bool = False
+    computing: asyncio.Future[Forecast] | None = None
+    """The cheap forecast running in the thread pool, if any (one at a time: the service
+    is not thread-safe, and a hung model must not pile up threads)."""
+    timed_out: str | None = None
+    """Why the current forecast is the last level: the model did not answer in time."""
 
 
 @dataclass
@@ -142,6 +155,8 @@ class ForecastHub:
     """A series' first job in this process is due within this long (spread by its key)."""
     stale_seconds: float = 300.0
     """A due step or refresh overdue by more than this makes the forecast ``Stale``."""
+    model_timeout_seconds: float = 10.0
+    """How long a refresh waits for the cheap forecast before the last level stands in."""
     clock: Callable[[], float] = time.time
     make_service: Callable[[ForecastSpec, Sequence[EventWindow]], ForecastService] = field(
         default=lambda spec, events: series_service(spec, events)
@@ -269,15 +284,35 @@ class ForecastHub:
                 series.due = series.due_since = None
             else:
                 self._want(series, due, now)
-            before = _fit_counts(service)
-            series.forecast = service.forecast_cached(series.history, at)
-            self._count_fits(service, before, None)
+            series.forecast = await self._forecast_cached(series, series.history, at)
             series.error = None
         except Exception as exc:  # a boundary: any failure is reported, never raised
             series.error = f"{type(exc).__name__}: {exc}"[:1000]
         finally:
             series.refreshed_at = now
             series.refresh = None
+
+    async def _forecast_cached(self, series: _Series, history: pd.Series, at: float) -> Forecast:
+        """The service's cheap forecast, computed in the thread pool and waited for at most
+        ``model_timeout_seconds``; the last level (status ``model_failed``) otherwise."""
+        service = series.service
+        if series.computing is not None and not series.computing.done():
+            series.timed_out = "the forecast model has not returned from an earlier call"
+            return service.fallback(history, at, series.timed_out)
+        loop = asyncio.get_running_loop()
+        before = _fit_counts(service)
+        call = loop.run_in_executor(self.io_executor, service.forecast_cached, history, at)
+        series.computing = call
+        try:
+            forecast = await asyncio.wait_for(asyncio.shield(call), self.model_timeout_seconds)
+        except TimeoutError:
+            series.timed_out = (
+                f"the forecast model did not answer within {self.model_timeout_seconds:g}s"
+            )
+            return service.fallback(history, at, series.timed_out)
+        series.timed_out = None
+        self._count_fits(service, before, None)
+        return forecast
 
     def _want(self, series: _Series, due: str, now: float) -> None:
         """Queue the series' due step unless it is queued or running already."""
@@ -314,9 +349,11 @@ class ForecastHub:
             self.metrics.fit_duration.labels("selection").observe(time.perf_counter() - started)
         if series.closed or series.history is None:
             return
+        if series.computing is not None and not series.computing.done():
+            return  # a refresh is forecasting; the next one uses the new fit
         # Forecast again from the newest history, now with the new fit or selection.
         now = series.history_at
-        series.forecast = service.forecast_cached(series.history, now)
+        series.forecast = await self._forecast_cached(series, series.history, now)
         series.error = None
         due = service.due_step(series.history, now)
         if due is None:
@@ -348,6 +385,12 @@ class ForecastHub:
             if series.error is not None:
                 return ForecastResult(None, False, "ForecastFailed", series.error)
             return ForecastResult(None, False, "Pending", "first forecast is being fitted")
+        if series.timed_out is not None:
+            message = f"{series.timed_out}; planning with the last level"
+            return ForecastResult(forecast, False, "ForecastTimeout", message)
+        if forecast.status == STATUS_MODEL_FAILED:
+            message = f"{forecast.detail}; planning with {forecast.model}"[:1000]
+            return ForecastResult(forecast, False, "ModelFailed", message, selection=selection)
         if forecast.status != STATUS_OK:
             message = f"{forecast.status}: {forecast.detail}"
             return ForecastResult(None, False, "InsufficientHistory", message)
