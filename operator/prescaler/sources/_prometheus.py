@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import re
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -163,9 +164,7 @@ class _CheckedPrometheus(PrometheusConnect):  # type: ignore[misc]
         return _checked(lambda: super(_CheckedPrometheus, self).custom_query(*args, **kwargs))
 
     def custom_query_range(self, *args: Any, **kwargs: Any) -> Any:
-        return _checked(
-            lambda: super(_CheckedPrometheus, self).custom_query_range(*args, **kwargs)
-        )
+        return _checked(lambda: super(_CheckedPrometheus, self).custom_query_range(*args, **kwargs))
 
 
 def _checked(call: Any) -> Any:
@@ -194,11 +193,17 @@ class PrometheusSource:
         timeout_seconds: float = 10.0,
     ) -> None:
         self.queries = queries
+        self.timeout_seconds = float(timeout_seconds)
+        """One read (:meth:`snapshot`, :meth:`running_by_pod`) answers within this long in
+        total, however many queries it makes: a slow Prometheus is ``MetricsUnavailable``
+        after one timeout, not after one per query (the reconcile waits for the read)."""
         self._prom = _CheckedPrometheus(
             url=url.rstrip("/"),
             headers=dict(headers or {}),
             disable_ssl=not verify_tls,
-            retry=Retry(total=1, backoff_factor=0.1, status_forcelist=(502, 503, 504)),
+            # A refused connection or a 502-504 is retried once; a read that timed out is
+            # not (a second wait would double the time the reconcile is held up).
+            retry=Retry(total=1, read=0, backoff_factor=0.1, status_forcelist=(502, 503, 504)),
             auth=basic_auth,
             timeout=timeout_seconds,
         )
@@ -206,13 +211,28 @@ class PrometheusSource:
     def close(self) -> None:
         self._prom.close()
 
-    def _query(self, name: QueryName, query: str, at: float) -> Any:
+    def _query(self, name: QueryName, query: str, at: float, deadline: float) -> Any:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise MetricsUnavailable(
+                f"query {name}: Prometheus did not answer within {self.timeout_seconds:g}s"
+            )
         try:
-            return self._prom.custom_query(query, params={"time": f"{at:.3f}"})
+            return self._prom.custom_query(
+                query, params={"time": f"{at:.3f}"}, timeout=max(0.1, remaining)
+            )
         except PrometheusApiClientException as exc:
             raise _classify(name, query, exc) from None
         except (requests.RequestException, ValueError) as exc:
+            # A read timeout that is not retried arrives as a ConnectionError.
+            if isinstance(exc, requests.Timeout) or "timed out" in str(exc):
+                raise MetricsUnavailable(
+                    f"query {name}: Prometheus did not answer within {self.timeout_seconds:g}s"
+                ) from None
             raise MetricsUnavailable(f"query {name}: {exc}") from None
+
+    def _deadline(self) -> float:
+        return time.monotonic() + self.timeout_seconds
 
     def snapshot(self, at: float) -> Snapshot:
         """Every quantity at ``at``. Raises :class:`PromQLError` for a malformed query and
@@ -220,8 +240,9 @@ class PrometheusSource:
         values: dict[str, float | None] = {}
         problems: list[str] = []
         absent = False
+        deadline = self._deadline()
         for name, query in self.queries.items():
-            result = self._query(name, query, at)
+            result = self._query(name, query, at, deadline)
             signed = name in _SIGNED
             value = _instant_value(result, signed=signed)
             if value is None:
@@ -235,7 +256,7 @@ class PrometheusSource:
     def running_by_pod(self, at: float) -> dict[str, float]:
         """Requests running now on each pod (by the ``pod`` label); pods without a finite
         value >= 0 are left out. Raises like :meth:`snapshot`."""
-        result = self._query("running", self.queries.running_by_pod, at)
+        result = self._query("running", self.queries.running_by_pod, at, self._deadline())
         running: dict[str, float] = {}
         for series in result if isinstance(result, list) else []:
             if not isinstance(series, dict):
