@@ -23,10 +23,14 @@ The rules, in order:
    ``scale_down_requires_observation``, a missing observation (a metrics gap) holds too:
    a forecast that cannot be checked against the present does not release capacity.
 5. **Scale-down.** Never below the windows' floor, and not within the stabilization
-   period after a scale-up. ``forecast`` mode releases at once what the lookahead does
-   not need (the replica can be back one cold start before the forecast needs it);
-   ``paced`` mode removes a bounded step at most once per stabilization period. Scale-up
-   is immediate (optionally step-bounded).
+   period after a scale-up. A replica released is not added back within that period
+   (that would be a second direction change in one period: flapping), so a release keeps
+   what the forecast's upper band needs over the lookahead *plus* the period, times the
+   nowcast guard's headroom (the guard asks for observed demand x headroom, and the upper
+   band is where observed demand is expected to stay). ``forecast`` mode releases at once
+   what that does not need (the replica can be back one cold start before the forecast
+   needs it); ``paced`` mode removes a bounded step at most once per stabilization period.
+   Scale-up is immediate (optionally step-bounded).
 6. **Standby.** Warm standby covers the gap between the plan and the most the horizon may
    ask for (the forecast's upper peak, and any window opening within it), so a surprise
    beyond the lookahead, or a window's pre-warm, starts from a warm node.
@@ -268,6 +272,10 @@ def plan(inputs: PlanInputs) -> ScalePlan:
     step = inputs.forecast.step_seconds if inputs.forecast is not None else 0.0
     in_lookahead = [p for p in points if p.t - step <= horizon_end]
     peak = max((p.upper for p in in_lookahead), default=None)
+    # A replica released now is not added back within the stabilization period (that
+    # would be a second direction change), so a release keeps what that period needs too.
+    keep_until = horizon_end + policy.scale_down_stabilization_seconds
+    keep_peak = max((p.upper for p in points if p.t - step <= keep_until), default=None)
 
     candidates: list[tuple[int, Constraint, str]] = []
     if peak is not None:
@@ -329,6 +337,12 @@ def plan(inputs: PlanInputs) -> ScalePlan:
         target = 1
         why += f"; zero only after {period:.0f}s of zero or absent demand"
     hard_floor = min(max(window_floor, policy.min_replicas), policy.max_replicas)
+    if keep_peak is not None:
+        # The guard will ask for observed demand x headroom within that period, and the
+        # upper band is where observed demand is expected to stay.
+        guard = policy.observed_headroom if seen else 1.0
+        keep = capacity.required(keep_peak * guard).replicas
+        hard_floor = max(hard_floor, min(keep, policy.max_replicas))
     blind = policy.scale_down_requires_observation and not seen
     may_shrink = (usable and not blind) or not inputs.forecast_expected or idle
     desired, action, reason = _pace(inputs, target, hard_floor, may_shrink, why)
@@ -412,10 +426,24 @@ def _pace(
                 ),
             )
     if policy.scale_down_mode == "forecast":
-        desired = max(target, hard_floor)
+        desired = min(current, max(target, hard_floor))
+        if desired == current:
+            return (
+                current,
+                "hold",
+                f"hold {current} (target {target}): the forecast needs them again within "
+                f"the stabilization period ({period:.0f}s) after the lookahead",
+            )
         return desired, "scale_down", f"scale down {current} -> {desired}: {why}"
     step = max(1, math.floor(current * policy.scale_down_max_percent / 100))
-    desired = max(target, current - step, hard_floor)
+    desired = min(current, max(target, current - step, hard_floor))
+    if desired == current:
+        return (
+            current,
+            "hold",
+            f"hold {current} (target {target}): the forecast needs them again within "
+            f"the stabilization period ({period:.0f}s) after the lookahead",
+        )
     return desired, "scale_down", f"scale down {current} -> {desired}: {why}"
 
 
