@@ -227,6 +227,11 @@ def servegen_rate(
 # ---------------------------------------------------------------------- server
 
 
+SCRAPE_JOB = "targets"
+"""The scrape job of ``scrape_targets``: scraped series carry ``job`` (this) and
+``instance`` (the target); history that a live series continues must carry them too."""
+
+
 @dataclass
 class Prometheus:
     """One Prometheus server with its own TSDB directory, on a free loopback port.
@@ -284,7 +289,7 @@ class Prometheus:
         return (
             f"global:\n  scrape_interval: {interval}\n"
             "scrape_configs:\n"
-            "  - job_name: targets\n"
+            f"  - job_name: {SCRAPE_JOB}\n"
             "    honor_labels: true\n"
             f"    static_configs:\n      - targets: [{targets}]\n"
         )

@@ -28,7 +28,7 @@ from cluster import procs
 from cluster.launcher import ClusterConfig, LocalCluster, wait_default_service_account
 from cluster.objects import gpu_deployment
 from cluster.paths import PROJECT_ROOT, bin_dir
-from cluster.prometheus import Prometheus, VllmProfile, vllm_samples
+from cluster.prometheus import SCRAPE_JOB, Prometheus, VllmProfile, vllm_samples
 from cluster.prometheus import Sample as PromSample
 from prescaler.api import GROUP, PLURAL, VERSION
 from prescaler_demo.fleet import FleetConfig, list_pods
@@ -276,8 +276,9 @@ def _with_api(
     hist = sc.history_rps
     times = [start - (len(hist) - i) * sps for i in range(len(hist))]
     profile = VllmProfile(sc.tokens.prompt, sc.tokens.output, sc.latency_seconds)
-    # The history is the Ready pods' own: the live fleet continues these series (same
-    # labels, counters going on from the history's end), so no rate() sees a seam.
+    # The history is the Ready pods' own: the live fleet continues these series (the same
+    # labels, with the job and instance the scrape adds, and the counters going on from
+    # the history's end), so no rate() sees a seam.
     pods = tuple(sorted(list_pods(core, ns, name)[1]))
     history = vllm_samples(
         times,
@@ -286,6 +287,7 @@ def _with_api(
         model_name=name,
         pods=pods,
         profile=profile,
+        extra_labels={"job": SCRAPE_JOB, "instance": f"127.0.0.1:{fleet_port}"},
     )
     counters = counters_at(history, start, float(hist[-1]) / len(pods), profile)
     prom.backfill(history)
@@ -369,7 +371,7 @@ def _with_api(
     next_row = start
     mid_ppool = False
     while time.time() < fleet_cfg.end + 1:
-        if not stack.procs[0].alive():
+        if not stack.procs[0].alive() and time.time() < fleet_cfg.end:  # it ends at `end`
             raise RuntimeError(f"the fleet exited early; log: {stack.procs[0].log}")
         if not operator.alive():
             raise RuntimeError(f"the operator exited; last lines:\n{operator.log_tail()}")
@@ -499,13 +501,14 @@ def _report(sc: Scenario, out: Path, result: Outcome, samples: list[Sample], sta
     heading("7. The same demand under the HPA (the backtest's reactive policy), and the plot")
     record = Record.read(out / "fleet.csv")
     hpa: Comparison = hpa_on_same_demand(sc, start)
-    unserved, gpu_hours = prescaler_scores(record, samples)
+    unserved, gpu_hours = prescaler_scores(record, samples, hpa.step_seconds)
     result.prescaler_unserved, result.prescaler_gpu_hours = unserved, gpu_hours
     result.hpa_unserved, result.hpa_gpu_hours = hpa.hpa_unserved, hpa.hpa_gpu_hours
     say(f"   {'':<28}{'unserved demand':>16}{'GPU-hours':>11}")
     say(f"   {'prescaler (measured live)':<28}{unserved:>16.1%}{gpu_hours:>11.2f}")
     say(f"   {'HPA at 70 % (simulated)':<28}{hpa.hpa_unserved:>16.1%}{hpa.hpa_gpu_hours:>11.2f}")
-    say("   unserved: share of arriving requests not served in the second they arrived;")
+    say(f"   unserved: share of arriving requests not served in the {hpa.step_seconds:g} s step "
+        "they arrived in (both sides);")  # fmt: skip
     say("   prescaler's GPU-hours include its standby placeholder pods.")
     if result.prewarm_at is not None:
         lead = result.window_start - result.prewarm_at
