@@ -13,7 +13,7 @@ PACKAGES := operator/prescaler forecasting/prescaler_forecast tests/cluster hack
 
 help:
 	@echo "make test   - quality gates (ruff, mypy --strict, import-linter, hadolint) then the whole pytest suite"
-	@echo "make unit   - the fast unit tier only (seconds)"
+	@echo "make unit   - the fast unit tier only (seconds; slow-marked cases run in make test)"
 	@echo "make test-stress - the cluster tests while a CPU burner occupies every core"
 	@echo "make demo   - the main job"
 	@echo "make crds   - regenerate crds/ and the chart's copy from the pydantic models"
@@ -47,7 +47,7 @@ dockerlint: venv
 quality: lint typecheck importlint dockerlint
 
 unit: venv
-	$(BIN)/pytest -q tests/unit
+	$(BIN)/pytest -q tests/unit -m "not slow"
 
 test: quality cluster-bin prometheus-bin
 	$(BIN)/pytest -q

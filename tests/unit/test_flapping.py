@@ -19,6 +19,8 @@ import pytest
 from prescaler.api import capacity_model, forecast_service, parse_spec, scaling_policy
 from prescaler.planning import FleetState, PlanInputs, ScalePlan, next_fleet_state, plan
 
+pytestmark = pytest.mark.slow  # hours of simulated decisions: seconds per case
+
 STEP = 60
 T0 = 1_750_000_000
 HOURS = 3
