@@ -206,6 +206,27 @@ def test_a_lost_status_write_of_our_own_is_adopted_with_its_scale_time() -> None
     assert c.kube.scales == [3, 6], "a scale-down inside the lost scale-up's stabilization"
 
 
+def test_a_first_scale_whose_status_was_lost_keeps_its_time() -> None:
+    c = Cluster(_spec(scaleDown={"mode": "paced", "stabilizationSeconds": 600}))
+    c.reconcile()  # scales 1 -> 3; its status (the first one) never reached the API server
+    assert c.kube.scales == [3]
+    c.status = {}
+    c.spec = _spec(minReplicas=1, scaleDown={"mode": "paced", "stabilizationSeconds": 600})
+    status = c.reconcile()
+    assert not c.warnings()
+    assert status["appliedReplicas"] == 3
+    assert status["lastScaleUpTime"] == rfc3339(c.now), "restored (found now: no time)"
+    assert c.kube.scales == [3], "a scale-down inside the lost scale-up's stabilization"
+
+
+def test_a_target_first_set_by_someone_else_is_not_adopted() -> None:
+    c = Cluster(_spec())
+    c.kube.set_by(HAND, 3, NOW)
+    status = c.reconcile()
+    assert "lastScaleUpTime" not in status
+    assert not c.warnings()
+
+
 @pytest.mark.parametrize("writer", [FieldWriter(HAND, NOW), None])
 def test_a_writer_not_recorded_is_external_too(writer: FieldWriter | None) -> None:
     c = Cluster(_spec())

@@ -65,13 +65,23 @@ def examine(
     standing = last if last is not None and last.action in ("Respected", "Paused") else None
     applied = previous.applied_replicas
     observed = gathered.current_replicas
-    if spec.dry_run or applied is None or observed == applied:
+    writer = gathered.current_writer
+    ours = writer is not None and writer.manager == FIELD_MANAGER
+    if spec.dry_run or observed == applied:
+        return Examined(previous, None, standing)
+    if applied is None:
+        # No write of ours is recorded. If the target still holds one anyway, its status
+        # write was lost (say, the operator was killed between the scale and the status):
+        # keep the scale's time, and count it as a scale-up, which holds scale-downs for a
+        # stabilization period rather than allowing one early.
+        if ours and writer is not None:
+            restored = _restore_scale_time(previous, True, writer.time or now)
+            return Examined(restored, None, standing, adopted=True)
         return Examined(previous, None, standing)
     if standing is not None and observed == standing.from_replicas:
         return Examined(previous, None, standing)  # put back: the policy ends (govern)
-    writer = gathered.current_writer
-    if writer is not None and writer.manager == FIELD_MANAGER:
-        restored = _restore_scale_time(previous, applied, observed, writer.time or now)
+    if ours and writer is not None:
+        restored = _restore_scale_time(previous, observed > applied, writer.time or now)
         return Examined(restored, None, standing, adopted=True)
     # What the plan asked for (before pacing), so respect ends when the plan moves, not
     # when pacing from the other value differs.
@@ -90,9 +100,9 @@ def examine(
 
 
 def _restore_scale_time(
-    previous: InferencePoolStatus, applied: int, observed: int, written: float
+    previous: InferencePoolStatus, up: bool, written: float
 ) -> InferencePoolStatus:
-    """Our own scale from ``applied`` to ``observed`` at ``written`` that the status missed.
+    """Our own scale (``up`` or down) at ``written`` that the status missed.
 
     ``managedFields`` keeps no time for writes through the scale subresource; the time the
     scale was found then stands in. It is later than the scale, so stabilization after it
@@ -103,7 +113,7 @@ def _restore_scale_time(
         return previous
     stamp = rfc3339(written)
     update = {"last_scale_time": stamp}
-    update["last_scale_up_time" if observed > applied else "last_scale_down_time"] = stamp
+    update["last_scale_up_time" if up else "last_scale_down_time"] = stamp
     return previous.model_copy(update=update)
 
 
