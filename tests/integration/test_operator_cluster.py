@@ -212,7 +212,7 @@ def test_cold_start_auto_learns_the_pod_delay(kube: Any, namespace: str, operato
     assert first["source"] in ("assumed", "measured")
     cold = wait_for(
         lambda: (c := k.status("learn").get("coldStart")) and len(c.get("samples", [])) >= 4 and c,
-        60,
+        300,
         "four observed starts",
     )
     assert cold["source"] == "measured"

@@ -29,6 +29,9 @@ from prescaler.settings import OperatorSettings
 
 log = logging.getLogger("prescaler")
 
+TLS_CLOSE_GRACE_SECONDS = 0.5
+"""How long a stopping operator lets closed TLS connections finish closing."""
+
 SERVICE_ACCOUNT_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
 
 
@@ -133,6 +136,10 @@ async def operate(
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(election, timeout=10)
         runtime.close()
+        # kopf has closed its aiohttp sessions, but their TLS transports finish closing only
+        # in later turns of the loop; ending the loop at once leaves them unclosed (aiohttp's
+        # "graceful shutdown" advice).
+        await asyncio.sleep(TLS_CLOSE_GRACE_SECONDS)
 
 
 def leader_elector(settings: OperatorSettings, runtime: Runtime) -> LeaseElector | None:
