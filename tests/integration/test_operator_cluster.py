@@ -416,8 +416,8 @@ def test_semantically_invalid_pools_are_flagged_while_others_are_served(
         assert [(e.type, e.reason) for e in events][:1] == [("Warning", reason)]
         assert "desiredReplicas" not in k.status(name)
     wait_for(lambda: k.deployment("llm").spec.replicas == 2, 30, "the good pool to scale")
-    good = k.condition("good", "Invalid")
-    assert good is not None
+    # The status is written after the scale it records: wait for it, too.
+    good = wait_for(lambda: k.condition("good", "Invalid"), 30, "the good pool's status")
     assert good["status"] == "False"
     # Fixing a pool clears Invalid.
     k.create_deployment(gpu_deployment("other", 1, ready_delay="1s"))
