@@ -105,7 +105,8 @@ class Selection:
     origins: int = 0
     """How many origins each candidate was scored on."""
     candidates: tuple[str, ...] = ()
-    """The candidates considered (those with enough history)."""
+    """The models it chose from (the eligible ones); ``scores`` has those with history
+    enough to be backtested (a model that has just become eligible joins a later one)."""
     evidence: tuple[Evidence, ...] = field(default=(), repr=False)
     """The pooled backtest chunks (the next selection reuses them)."""
     seconds: float = 0.0
@@ -152,8 +153,19 @@ def select_model(
     if len(finite) == 0:
         return Selection(candidates[0], None, at=now, candidates=candidates)
     first_data = start + finite[0] * step
-    need = max(make_forecaster(replace(spec, name=c)).min_history_seconds(step) for c in candidates)
     last_origin = now - math.ceil(spec.horizon_seconds / step) * step
+    needs = {
+        c: make_forecaster(replace(spec, name=c)).min_history_seconds(step) for c in candidates
+    }
+    # Only candidates with history for two origins can be scored; one that has just become
+    # eligible (a seasonal model after its first period) joins a later selection. Scoring
+    # the whole set from the newest one's first origin would leave no origins at all, and
+    # an unscored selection falls back to the first candidate (persistence): the worst
+    # model on noisy data, whose forecast jumps with every step.
+    scored = tuple(c for c in candidates if first_data + needs[c] + step <= last_origin + 1e-6)
+    if not scored:
+        return Selection(candidates[0], None, at=now, candidates=candidates)
+    need = max(needs[c] for c in scored)
     first_origin = max(first_data + need, now - config.memory_seconds)
     kept_evidence: list[Evidence] = []
     if previous is not None and previous.at <= now:
@@ -162,12 +174,12 @@ def select_model(
             for e in previous.evidence
             if e.first >= first_origin - 1e-6
             and e.last <= last_origin + 1e-6
-            and all(c in e.sums for c in candidates)
+            and all(c in e.sums for c in scored)
         ]
     if kept_evidence:  # backtest only what is new since the evidence we keep
         first_origin = max(first_origin, max(e.last for e in kept_evidence) + step)
     new_evidence = [
-        _backtest_chunk(start, y, lo, hi, candidates, spec, refit_seconds, config)
+        _backtest_chunk(start, y, lo, hi, scored, spec, refit_seconds, config)
         for lo, hi in _chunks(first_origin, last_origin, step, config.window_seconds)
     ]
     evidence = tuple(kept_evidence + [e for e in new_evidence if e.origins > 0])
@@ -175,7 +187,7 @@ def select_model(
     pairs = sum(e.pairs for e in evidence)
     scores = {
         c: 200.0 * sum(e.sums[c] for e in evidence) / pairs
-        for c in candidates
+        for c in scored
         if pairs > 0 and all(c in e.sums for e in evidence)
     }
     if origins < 2 or not scores:

@@ -144,3 +144,34 @@ def test_reselection_backtests_only_new_history_and_forgets_old(
     assert new[0].origins == round(6 * 3600 / STEP)  # every step of the new 6 hours
     assert min(e.first for e in second.evidence) >= second.at - config.memory_seconds - 1e-6
     assert second.origins == sum(e.origins for e in second.evidence)
+
+
+def test_a_model_that_just_became_eligible_does_not_unseat_a_scored_selection() -> None:
+    """A day of noisy, flat demand at 60 s steps: the seasonal naive becomes eligible
+    after one day, with no history yet to backtest it. The selection among the models
+    that can be scored stands (the noise-averaging recent mean), instead of an unscored
+    fall-back to the first candidate (persistence, whose forecast jumps with the noise)."""
+    step = 60.0
+    rng = np.random.default_rng(3)
+    n = round(DAY / step) + 30  # a day and half an hour
+    values = 20.0 * (1.0 + rng.normal(0.0, 0.2, n))
+    candidates = ("persistence", "recent_mean", "seasonal_naive")
+    now = T0 + n * step
+    spec = ModelSpec("persistence", step, 600.0)
+    early = select_model(
+        T0,
+        values[: n - 60],
+        now - 60 * step,
+        candidates=candidates[:2],
+        spec=spec,
+        refit_seconds=600.0,
+    )
+    assert early.model == "recent_mean"
+    assert early.score is not None
+    later = select_model(
+        T0, values, now, candidates=candidates, spec=spec, refit_seconds=600.0, previous=early
+    )
+    assert later.candidates == candidates
+    assert later.model == "recent_mean"
+    assert later.score is not None
+    assert "seasonal_naive" not in later.scores  # joins once it has history to be scored

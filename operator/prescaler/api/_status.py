@@ -48,6 +48,15 @@ class Condition(WireModel):
     """The spec generation this condition was computed for."""
 
 
+class RecentTarget(WireModel):
+    """One earlier target the scale-down still respects."""
+
+    at: str = Field(max_length=64)
+    """When it was planned (RFC 3339)."""
+    replicas: int = Field(ge=0)
+    """What it asked for."""
+
+
 class PlanStatus(WireModel):
     """The last plan: what it asked for and why."""
 
@@ -65,6 +74,9 @@ class PlanStatus(WireModel):
     """Warm standby the plan asks for."""
     active_windows: list[str] = Field(default_factory=list, max_length=64)
     """Scheduled windows that shaped this plan."""
+    recent_targets: list[RecentTarget] = Field(default_factory=list, max_length=64)
+    """The memory a scale-down respects: this plan's target and the larger ones of the last
+    lookahead plus stabilization period, oldest first (kept here so a restart keeps it)."""
 
 
 class ForecastPoint(WireModel):

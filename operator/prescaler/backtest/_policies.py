@@ -404,6 +404,7 @@ class PredictivePolicy:
             ready_replicas=obs.ready,
             last_scale_up_at=state.last_scale_up_at,
             last_scale_down_at=state.last_scale_down_at,
+            recent_targets=state.recent_targets,
             observed_requests_per_second=observed,
             waiting_requests=(
                 None

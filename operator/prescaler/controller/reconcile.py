@@ -51,6 +51,7 @@ from prescaler.controller.status import (
     learn_cold_start,
     parse_rfc3339,
     parse_status,
+    recent_targets,
     shortfall,
     status_patch,
     unschedulable,
@@ -622,6 +623,7 @@ def decide(
         # The queue: a full fleet's served rate hides demand (see prescaler.planning).
         waiting_requests=snapshot.waiting if snapshot else None,
         waiting_growth_per_second=snapshot.waiting_growth_per_second if snapshot else None,
+        recent_targets=recent_targets(previous),
     )
     forecast = gathered.forecast.forecast if gathered.forecast is not None else None
     return plan(

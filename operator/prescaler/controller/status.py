@@ -24,6 +24,7 @@ from prescaler.api import (
     InferencePoolSpec,
     InferencePoolStatus,
     PlanStatus,
+    RecentTarget,
     SelectionStatus,
     StandbyPartStatus,
     StandbyStatus,
@@ -51,6 +52,19 @@ def parse_rfc3339(text: str | None) -> float | None:
         return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
     except ValueError:
         return None
+
+
+def recent_targets(previous: InferencePoolStatus) -> tuple[tuple[float, int], ...]:
+    """The planner's memory of recent targets, from the last status (unparsable entries
+    are left out: a lost entry only shortens the memory, it never scales anything)."""
+    if previous.plan is None:
+        return ()
+    out = []
+    for entry in previous.plan.recent_targets:
+        at = parse_rfc3339(entry.at)
+        if at is not None:
+            out.append((at, entry.replicas))
+    return tuple(sorted(out))
 
 
 def p90(samples: Sequence[float]) -> float:
@@ -410,6 +424,9 @@ def compose_status(
             lookahead_seconds=round(decision.lookahead_seconds, 1),
             standby_replicas=decision.standby_replicas,
             active_windows=list(decision.active_windows),
+            recent_targets=[
+                RecentTarget(at=rfc3339(t), replicas=r) for t, r in decision.recent_targets
+            ][-64:],
         ),
         forecast=forecast_status,
         demand=demand,

@@ -27,7 +27,12 @@ The rules, in order:
    (that would be a second direction change in one period: flapping), so a release keeps
    what the forecast's upper band needs over the lookahead *plus* the period, times the
    nowcast guard's headroom (the guard asks for observed demand x headroom, and the upper
-   band is where observed demand is expected to stay). ``forecast`` mode releases at once
+   band is where observed demand is expected to stay). Forecasts made at other times
+   disagree, and a noisy one jumps from decision to decision, so a release also keeps the
+   largest demand target (forecast, observation, queue; not a window's floor, which is
+   known ahead and ends with the window) of the last lookahead plus period: an HPA-style
+   memory of recommendations, over the span in which a released replica would be needed
+   back (``FleetState.recent_targets``). ``forecast`` mode releases at once
    what that does not need (the replica can be back one cold start before the forecast
    needs it); ``paced`` mode removes a bounded step at most once per stabilization period.
    Scale-up is immediate (optionally step-bounded).
@@ -163,6 +168,9 @@ class FleetState:
     waiting_growth_per_second: float | None = None
     """How fast that queue grows, requests/s, negative while it drains (``None``: not
     known). ``observed_requests_per_second`` plus this is what arrives."""
+    recent_targets: tuple[tuple[float, int], ...] = ()
+    """The planner's recent targets as ``(time, replicas)``, oldest first: the previous
+    decision's :attr:`ScalePlan.recent_targets` (the operator keeps them in status)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -206,6 +214,9 @@ class ScalePlan:
     """Hot standby pods to promote into the Service now."""
     retire_replicas: int = 0
     """Promoted pods no longer needed (the target's own ready replicas cover the plan)."""
+    recent_targets: tuple[tuple[float, int], ...] = ()
+    """The demand targets a scale-down must respect from now on: this decision's, and the
+    earlier ones of the last lookahead plus stabilization period that are larger (rule 5)."""
 
     @property
     def changed(self) -> bool:
@@ -245,6 +256,22 @@ def _queue_demand(
     if drain > 0:
         what += f" + {waiting:.0f} waiting / {lookahead:.0f}s"
     return arriving * headroom + drain, what
+
+
+def _remember(
+    recent: Sequence[tuple[float, int]], now: float, target: int, memory: float
+) -> tuple[tuple[float, int], ...]:
+    """The recent targets within ``memory`` seconds, with ``(now, target)`` appended, kept
+    only where they still bound the maximum: an entry with a later one at least as large
+    can never be the largest again, so the list is strictly decreasing in replicas and
+    stays short (it is kept in the pool's status)."""
+    kept = [(t, r) for t, r in recent if now - memory < t <= now and r > target]
+    out: list[tuple[float, int]] = []
+    for t, r in kept:
+        while out and out[-1][1] <= r:
+            out.pop()
+        out.append((t, r))
+    return (*out, (now, target))
 
 
 def _window_requirement(
@@ -308,6 +335,10 @@ def plan(inputs: PlanInputs) -> ScalePlan:
                 (need.replicas, need.constraint, f"queue: {queued[1]} needs {need.replicas}")
             )
 
+    # What demand asks for (forecast, observation, queue): the memory keeps these only, as
+    # a window's floor is known in advance and ends when the window does.
+    demand_target = min(max((c[0] for c in candidates), default=0), policy.max_replicas)
+
     # A window pre-warms `lead` ahead, but never later than one cold start plus margin ahead.
     occurrences = [
         o
@@ -343,6 +374,12 @@ def plan(inputs: PlanInputs) -> ScalePlan:
         guard = policy.observed_headroom if seen else 1.0
         keep = capacity.required(keep_peak * guard).replicas
         hard_floor = max(hard_floor, min(keep, policy.max_replicas))
+    # The memory: a release keeps the largest target of the last lookahead plus period,
+    # so a forecast that jumps from one decision to the next does not flap the fleet.
+    recent = _remember(fleet.recent_targets, now, demand_target, lookahead + period)
+    if not idle:
+        remembered = max((r for t, r in recent if t < now), default=0)
+        hard_floor = max(hard_floor, min(remembered, policy.max_replicas))
     blind = policy.scale_down_requires_observation and not seen
     may_shrink = (usable and not blind) or not inputs.forecast_expected or idle
     desired, action, reason = _pace(inputs, target, hard_floor, may_shrink, why)
@@ -390,6 +427,7 @@ def plan(inputs: PlanInputs) -> ScalePlan:
         idle=idle,
         promote_replicas=promote,
         retire_replicas=retire,
+        recent_targets=recent,
     )
 
 
@@ -449,6 +487,7 @@ def _pace(
 
 def next_fleet_state(fleet: FleetState, plan: ScalePlan) -> FleetState:
     """The fleet state after ``plan`` is applied: the new count and the scale timestamps."""
+    fleet = replace(fleet, recent_targets=plan.recent_targets)
     if plan.desired_replicas > fleet.current_replicas:
         return replace(fleet, current_replicas=plan.desired_replicas, last_scale_up_at=plan.now)
     if plan.desired_replicas < fleet.current_replicas:
