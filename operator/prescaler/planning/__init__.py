@@ -1,5 +1,19 @@
 """Planning: forecast + capacity + fleet + policy + clock -> ``ScalePlan`` (pure)."""
 
+from prescaler.planning._degradation import (
+    LEVELS,
+    AdmissionPolicy,
+    Assessment,
+    DegradationInputs,
+    DegradationPolicy,
+    DegradationState,
+    Level,
+    Shortfall,
+    Signal,
+    Signals,
+    assess,
+    forecast_shortfall,
+)
 from prescaler.planning._drain import DrainPlan, PodLoad, drain_plan
 from prescaler.planning._planner import (
     Action,
@@ -16,11 +30,18 @@ from prescaler.planning._planner import (
 from prescaler.planning._windows import Occurrence, ScheduledWindow, event_windows
 
 __all__ = [
+    "LEVELS",
     "Action",
+    "AdmissionPolicy",
+    "Assessment",
+    "DegradationInputs",
+    "DegradationPolicy",
+    "DegradationState",
     "DemandPoint",
     "DrainPlan",
     "FleetState",
     "ForecastLike",
+    "Level",
     "Mode",
     "Occurrence",
     "PlanInputs",
@@ -28,8 +49,13 @@ __all__ = [
     "ScalePlan",
     "ScalingPolicy",
     "ScheduledWindow",
+    "Shortfall",
+    "Signal",
+    "Signals",
+    "assess",
     "drain_plan",
     "event_windows",
+    "forecast_shortfall",
     "next_fleet_state",
     "plan",
 ]
