@@ -22,7 +22,7 @@ from prescaler.capacity import (
     TokenProfile,
     get_preset,
 )
-from prescaler.planning import ScalingPolicy, ScheduledWindow
+from prescaler.planning import DegradationPolicy, ScalingPolicy, ScheduledWindow
 from prescaler_forecast import EventWindow, ForecastService
 
 
@@ -163,6 +163,32 @@ def scaling_policy(spec: InferencePoolSpec) -> ScalingPolicy:
         )
     except ValueError as exc:
         raise SpecError(f"spec: {exc}") from None
+
+
+def degradation_policy(spec: InferencePoolSpec) -> DegradationPolicy:
+    """The degradation thresholds and admission settings of ``spec.degradation`` (the
+    operator and the backtest both read them here)."""
+    d = spec.degradation
+    try:
+        return DegradationPolicy(
+            queue_warning_per_replica=d.queue.warning_per_replica,
+            queue_critical_per_replica=d.queue.critical_per_replica,
+            kv_warning=d.kv_cache.warning,
+            kv_critical=d.kv_cache.critical,
+            ttft_p95_slo_seconds=d.ttft.p95_seconds,
+            ttft_p99_slo_seconds=d.ttft.p99_seconds,
+            shortfall_warning_fraction=d.forecast_shortfall.warning_percent / 100.0,
+            shortfall_critical_fraction=d.forecast_shortfall.critical_percent / 100.0,
+            hold_seconds=d.hold_seconds,
+            lanes=tuple(d.lanes),
+            min_context_tokens=d.min_context_tokens,
+            smaller_model_route=d.smaller_model.route if d.smaller_model else None,
+            smaller_model_max_prompt_tokens=(
+                d.smaller_model.max_prompt_tokens if d.smaller_model else None
+            ),
+        )
+    except ValueError as exc:
+        raise SpecError(f"spec.degradation: {exc}") from None
 
 
 def forecast_service(

@@ -389,6 +389,109 @@ class StandbySpec(WireModel):
     """Hot standby replicas."""
 
 
+LaneName = Annotated[
+    str, Field(min_length=1, max_length=63, pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+]
+
+
+class QueueThresholds(WireModel):
+    """Queue depth (waiting requests) per serving replica."""
+
+    warning_per_replica: float = Field(default=10, ge=0, le=1e6)
+    """Above this many waiting requests per serving replica: ``warning``."""
+    critical_per_replica: float = Field(default=50, ge=0, le=1e6)
+    """Above this many: ``critical``."""
+
+    model_config = ConfigDict(
+        json_schema_extra=validations(
+            cel(
+                "self.warningPerReplica <= self.criticalPerReplica",
+                "warningPerReplica must not exceed criticalPerReplica",
+            )
+        )
+    )
+
+
+class KvCacheThresholds(WireModel):
+    """The fleet's mean KV-cache utilization (0-1)."""
+
+    warning: float = Field(default=0.9, gt=0, le=1)
+    """From this utilization: ``warning``."""
+    critical: float = Field(default=0.97, gt=0, le=1)
+    """From this utilization: ``critical`` (a full cache preempts running requests)."""
+
+    model_config = ConfigDict(
+        json_schema_extra=validations(
+            cel("self.warning <= self.critical", "warning must not exceed critical")
+        )
+    )
+
+
+class TtftSlo(WireModel):
+    """Time-to-first-token SLO; a signal only where set."""
+
+    p95_seconds: float | None = Field(default=None, gt=0, le=3600)
+    """TTFT p95 above this: ``warning``."""
+    p99_seconds: float | None = Field(default=None, gt=0, le=3600)
+    """TTFT p99 above this: ``critical``."""
+
+
+class ShortfallThresholds(WireModel):
+    """The forecast shortfall: demand on the forecast's upper band over the next cold start,
+    minus what will be ready by then, as a share of that demand."""
+
+    warning_percent: float = Field(default=5, ge=0, le=100)
+    """From this share: ``warning``."""
+    critical_percent: float = Field(default=25, ge=0, le=100)
+    """From this share: ``critical``."""
+
+    model_config = ConfigDict(
+        json_schema_extra=validations(
+            cel(
+                "self.warningPercent <= self.criticalPercent",
+                "warningPercent must not exceed criticalPercent",
+            )
+        )
+    )
+
+
+class SmallerModelRoute(WireModel):
+    """Where a gateway may send short requests while the pool is ``critical``."""
+
+    route: str = Field(min_length=1, max_length=253)
+    """The gateway's name for the smaller model's backend (a Service, an InferenceModel)."""
+    max_prompt_tokens: int = Field(default=1024, ge=1, le=16_777_216)
+    """Only requests with at most this many prompt tokens are rerouted."""
+
+
+class DegradationSpec(WireModel):
+    """Degradation levels (``normal``, ``warning``, ``critical``) and the admission policy a
+    gateway applies at each, published in ``status.degradation`` and the ConfigMap
+    ``<pool>-degradation`` (contract: ``docs/degradation.md``)."""
+
+    config_map: bool = True
+    """Publish the ConfigMap ``<pool>-degradation`` for gateways (the status has it anyway)."""
+    queue: QueueThresholds = Field(default_factory=QueueThresholds)
+    """Queue-depth thresholds."""
+    kv_cache: KvCacheThresholds = Field(default_factory=KvCacheThresholds)
+    """KV-cache utilization thresholds."""
+    ttft: TtftSlo = Field(default_factory=TtftSlo)
+    """TTFT SLO."""
+    forecast_shortfall: ShortfallThresholds = Field(default_factory=ShortfallThresholds)
+    """Forecast-shortfall thresholds (pools with ``spec.forecast``)."""
+    hold_seconds: int = Field(default=300, ge=0, le=DAY)
+    """A level rises at once and falls only after every signal stayed below it this long."""
+    lanes: list[LaneName] = Field(
+        default_factory=lambda: ["batch", "interactive"], min_length=1, max_length=16
+    )
+    """Priority lanes, lowest first: ``warning`` sheds the lowest, ``critical`` every lane
+    but the highest (never shed)."""
+    min_context_tokens: int = Field(default=1024, ge=1, le=16_777_216)
+    """The temporary context cap never goes below this."""
+    smaller_model: SmallerModelRoute | None = None
+    """Optional: a smaller model for short requests while ``critical``."""
+
+
 class ScaleDownSpec(WireModel):
     """How capacity is released. Never on missing or garbage metrics, whatever the mode."""
 
@@ -451,6 +554,8 @@ class InferencePoolSpec(WireModel):
     """Scale-down pacing."""
     scale_up: ScaleUpSpec = Field(default_factory=ScaleUpSpec)
     """Scale-up pacing."""
+    degradation: DegradationSpec = Field(default_factory=DegradationSpec)
+    """Degradation levels and the admission policy published for gateways."""
     dry_run: bool = False
     """Compute and report the plan in status, never patch anything."""
     external_changes: ExternalChangePolicy = "revert"

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import Field
 
@@ -221,6 +221,52 @@ class ExternalChangeStatus(WireModel):
     """``pause``: the spec generation at the change; an edited spec resumes scaling."""
 
 
+DegradationLevel = Literal["normal", "warning", "critical"]
+DegradationSignal = Literal["queue", "kvCache", "ttftP95", "ttftP99", "forecastShortfall"]
+
+
+class AdmissionStatus(WireModel):
+    """What a gateway applies at the current level (unset: no restriction)."""
+
+    queue_depth_limit: int | None = None
+    """Waiting requests (fleet-wide) beyond which new requests get 503."""
+    retry_after_seconds: int | None = None
+    """``Retry-After`` for those 503s: when the next capacity is expected to be ready."""
+    max_context_tokens: int | None = None
+    """Temporary cap on prompt plus output tokens per request."""
+    shed_lanes: list[str] = Field(default_factory=list, max_length=16)
+    """Priority lanes whose new requests are refused."""
+    smaller_model_route: str | None = Field(default=None, max_length=253)
+    """Where short requests may go instead."""
+    smaller_model_max_prompt_tokens: int | None = None
+    """What counts as short for that route."""
+
+
+class DegradationStatus(WireModel):
+    """The degradation level, why, and the admission policy published for gateways."""
+
+    level: DegradationLevel
+    """``normal``, ``warning`` or ``critical``."""
+    since: str = Field(max_length=64)
+    """When this level began (RFC 3339)."""
+    reasons: list[Annotated[str, Field(max_length=512)]] = Field(default_factory=list, max_length=8)
+    """The signals above normal, and why the level holds when it does."""
+    forecast_shortfall_tokens_per_second: float | None = None
+    """Upper-band demand over the next cold start minus capacity ready by then."""
+    forecast_shortfall_percent: float | None = None
+    """That share of the demand, percent."""
+    admission: AdmissionStatus = Field(default_factory=AdmissionStatus)
+    """The policy for this level."""
+    config_map: str | None = Field(default=None, max_length=253)
+    """The ConfigMap that publishes it, when ``spec.degradation.configMap``."""
+    calm_since: str | None = Field(default=None, max_length=64)
+    """Hysteresis: since when every signal has been below the level (RFC 3339)."""
+    calm_peak: DegradationLevel = "normal"
+    """Hysteresis: the highest level the signals showed since ``calmSince``."""
+    raised_by: list[DegradationSignal] = Field(default_factory=list, max_length=8)
+    """The signals at this level when it was last confirmed (a vanished one holds it)."""
+
+
 class InferencePoolStatus(WireModel):
     """Observed state of the pool."""
 
@@ -264,5 +310,7 @@ class InferencePoolStatus(WireModel):
     """Replicas (``hpaFloor``: HPA floor) the operator last set on the target or kept
     there. The target holding another value, written by another field manager, is an
     external change."""
+    degradation: DegradationStatus | None = None
+    """The degradation level and its admission policy."""
     external_change: ExternalChangeStatus | None = None
     """The latest external change and what was done about it (``spec.externalChanges``)."""
