@@ -227,7 +227,19 @@ def test_profiles_keep_the_history_template_open_and_snapshots_on_the_rate_windo
         "waiting",
         "waiting_growth_per_second",
         "context_tokens",
+        "kv_cache_usage",
+        "ttft_p95_seconds",
+        "ttft_p99_seconds",
     ]
+    assert q.ttft_p95_seconds == (
+        "histogram_quantile(0.95, sum by (le) "
+        '(rate(sglang:time_to_first_token_seconds_bucket{ns="a"}[5m])))'
+    )
+    # An engine without a KV-cache metric reads none, and a user's query adds one.
+    tgi = render_queries("tgi")
+    assert "kv_cache_usage" not in [name for name, _ in tgi.items()]
+    custom = render_queries("tgi", overrides={"kv_cache_usage": "avg(my_kv_usage)"})
+    assert ("kv_cache_usage", "avg(my_kv_usage)") in custom.items()
     assert q.waiting_growth_per_second == 'deriv(sum(sglang:num_queue_reqs{ns="a"})[5m:37500ms])'
 
 

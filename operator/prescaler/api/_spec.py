@@ -228,6 +228,12 @@ class QueriesSpec(WireModel):
     so arriving demand is the served rate plus this."""
     context_tokens: PromQL | None = None
     """Context length at the model's ``contextQuantile``; ``$quantile`` is substituted."""
+    kv_cache_usage: PromQL | None = None
+    """The fleet's mean KV-cache utilization, 0-1 (a degradation signal)."""
+    ttft_p95_seconds: PromQL | None = None
+    """Time to first token p95, seconds (a degradation signal with ``degradation.ttft``)."""
+    ttft_p99_seconds: PromQL | None = None
+    """Time to first token p99, seconds."""
 
 
 class ForecastSpec(WireModel):

@@ -27,6 +27,9 @@ QueryName = Literal[
     "waiting",
     "waiting_growth_per_second",
     "context_tokens",
+    "kv_cache_usage",
+    "ttft_p95_seconds",
+    "ttft_p99_seconds",
 ]
 QUERY_NAMES: tuple[QueryName, ...] = get_args(QueryName)
 
@@ -47,6 +50,12 @@ class Queries:
     stop at capacity when the fleet is full; arrivals are what is served plus this."""
     context_tokens: str
     """Context length (prompt + output) at the planning quantile."""
+    kv_cache_usage: str = ""
+    """The fleet's mean KV-cache utilization, 0-1 (empty: the engine exports none)."""
+    ttft_p95_seconds: str = ""
+    """Time to first token, p95 over the rate window, seconds."""
+    ttft_p99_seconds: str = ""
+    """Time to first token, p99 over the rate window, seconds."""
     running_by_pod: str = ""
     """Requests running now per pod: one series per pod, labelled ``pod``. Read only
     before a scale-down, to set pod deletion costs (not part of a snapshot)."""
@@ -57,8 +66,8 @@ class Queries:
     window; ``None`` when the query has no ``$window`` (it is then used as is)."""
 
     def items(self) -> list[tuple[QueryName, str]]:
-        """The queries by name (what a snapshot reads)."""
-        return [(name, getattr(self, name)) for name in QUERY_NAMES]
+        """The queries by name (what a snapshot reads); an empty query is not read."""
+        return [(name, getattr(self, name)) for name in QUERY_NAMES if getattr(self, name)]
 
     def requests_per_second_at(self, window_seconds: float) -> str:
         """The requests/s query with a rate window of ``window_seconds`` (verbatim when
@@ -102,6 +111,10 @@ def _context(prompt_bucket: str, output_sum: str, count: str) -> str:
     )
 
 
+def _ttft(bucket: str, quantile: str) -> str:
+    return f"histogram_quantile({quantile}, sum by (le) (rate({bucket}$sel[$window])))"
+
+
 def _growth(waiting: str) -> str:
     # Summed over pods first, then derived (a subquery): the fleet's queue, so pods that
     # come and go (a new pod's series starts at 0) are no growth or drain of their own.
@@ -122,6 +135,10 @@ PROFILES: dict[str, Queries] = {
             "vllm:generation_tokens_total",
             "vllm:request_success_total",
         ),
+        # vLLM renamed gpu_cache_usage_perc to kv_cache_usage_perc (both 0-1); either one.
+        kv_cache_usage="avg(vllm:kv_cache_usage_perc$sel) or avg(vllm:gpu_cache_usage_perc$sel)",
+        ttft_p95_seconds=_ttft("vllm:time_to_first_token_seconds_bucket", "0.95"),
+        ttft_p99_seconds=_ttft("vllm:time_to_first_token_seconds_bucket", "0.99"),
     ),
     "sglang": Queries(
         requests_per_second="sum(rate(sglang:num_requests_total$sel[$window]))",
@@ -136,6 +153,9 @@ PROFILES: dict[str, Queries] = {
             "sglang:generation_tokens_total",
             "sglang:num_requests_total",
         ),
+        kv_cache_usage="avg(sglang:token_usage$sel)",
+        ttft_p95_seconds=_ttft("sglang:time_to_first_token_seconds_bucket", "0.95"),
+        ttft_p99_seconds=_ttft("sglang:time_to_first_token_seconds_bucket", "0.99"),
     ),
     "tgi": Queries(
         requests_per_second="sum(rate(tgi_request_count$sel[$window]))",
@@ -150,6 +170,9 @@ PROFILES: dict[str, Queries] = {
             "tgi_request_generated_tokens_sum",
             "tgi_request_count",
         ),
+        # TGI exports no KV-cache utilization; its queue time is the nearest to TTFT.
+        ttft_p95_seconds=_ttft("tgi_request_queue_duration_bucket", "0.95"),
+        ttft_p99_seconds=_ttft("tgi_request_queue_duration_bucket", "0.99"),
     ),
 }
 
@@ -185,7 +208,7 @@ def render_queries(
         sel=sel, quantile=values["quantile"]
     )
     for name, text in (overrides or {}).items():
-        if name not in rendered:
+        if name not in QUERY_NAMES and name != "running_by_pod":
             raise ValueError(f"unknown query {name!r}")
         rendered[name] = Template(text).safe_substitute(
             quantile=values["quantile"], window=window, resolution=resolution

@@ -64,6 +64,10 @@ class Snapshot:
     waiting_growth_per_second: float | None = None
     """How fast the queue grows (negative while it drains); any finite number."""
     context_tokens: float | None = None
+    kv_cache_usage: float | None = None
+    """Mean KV-cache utilization, 0-1."""
+    ttft_p95_seconds: float | None = None
+    ttft_p99_seconds: float | None = None
     problems: tuple[str, ...] = field(default_factory=tuple)
     """Why values are missing, one line each."""
     demand_absent: bool = False
