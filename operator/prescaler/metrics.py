@@ -83,6 +83,19 @@ class Metrics:
             _POOL,
             registry=r,
         )
+        self.degradation_level = Gauge(
+            "prescaler_degradation_level",
+            "Degradation level published for gateways: 0 normal, 1 warning, 2 critical",
+            _POOL,
+            registry=r,
+        )
+        self.forecast_shortfall_tokens = Gauge(
+            "prescaler_forecast_shortfall_tokens_per_second",
+            "Upper-band demand over the next cold start minus the capacity ready by then,"
+            " tokens/s (0 when covered)",
+            _POOL,
+            registry=r,
+        )
         self.forecast_error = Gauge(
             "prescaler_forecast_error_ratio",
             "|observed - forecast mean| / observed for the step just measured",
@@ -211,6 +224,8 @@ class Metrics:
             self.standby_replicas,
             self.cold_start_seconds,
             self.shortfall,
+            self.degradation_level,
+            self.forecast_shortfall_tokens,
             self.forecast_error,
             self.forecast_stale,
             self.forecast_age,

@@ -14,7 +14,15 @@ from prescaler.controller.forecast import ForecastHub
 from prescaler.controller.model import PoolObject
 from prescaler.controller.reconcile import Reconciler
 from prescaler.controller.status import rfc3339
-from prescaler.kube import FIELD_MANAGER, FieldWriter, Hpa, ObjectRef, PodStart, Workload
+from prescaler.kube import (
+    FIELD_MANAGER,
+    FieldWriter,
+    Hpa,
+    ObjectRef,
+    PodStart,
+    StandbyObservation,
+    Workload,
+)
 from prescaler.metrics import Metrics
 
 NOW = 1_750_000_000.0
@@ -28,6 +36,7 @@ class FakeKube:
     scales: list[int] = field(default_factory=list)
     floors: list[int] = field(default_factory=list)
     events: list[tuple[str, str, str]] = field(default_factory=list)
+    objects: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     async def get_workload(self, namespace: str, kind: str, name: str) -> Workload:
         return self.workload
@@ -54,6 +63,10 @@ class FakeKube:
 
     async def post_event(self, ref: ObjectRef, type_: str, reason: str, message: str) -> None:
         self.events.append((type_, reason, message))
+
+    async def ensure(self, obj: dict[str, Any]) -> StandbyObservation:
+        self.objects[obj["metadata"]["name"]] = obj
+        return StandbyObservation(desired=0, ready=0)
 
     def set_by(self, manager: str, replicas: int, at: float | None) -> None:
         self.workload = replace(

@@ -10,7 +10,7 @@ from typing import Any
 from prescaler.controller.model import ForecastResult, PoolObject
 from prescaler.controller.reconcile import Reconciler
 from prescaler.controller.status import rfc3339
-from prescaler.kube import Workload
+from prescaler.kube import StandbyObservation, Workload
 from prescaler.metrics import CONSTRAINTS, SCALE_DIRECTIONS, Metrics
 from prescaler_forecast import Forecast, ForecastPoint
 
@@ -130,6 +130,9 @@ class FakeKube:
 
     async def post_event(self, ref: Any, type_: str, reason: str, message: str) -> None:
         self.events.append((type_, reason, message))
+
+    async def ensure(self, obj: dict[str, Any]) -> StandbyObservation:
+        return StandbyObservation(desired=0, ready=0)
 
 
 @dataclass

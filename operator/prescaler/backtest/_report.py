@@ -41,9 +41,7 @@ class BacktestResult:
         origin = self.demand.replay_start
         first = math.floor((start - origin) / MINUTE)
         last = math.ceil((end - origin) / MINUTE)
-        return {
-            r.name: span_score(r, self.demand, self.config, first, last) for r in self.runs
-        }
+        return {r.name: span_score(r, self.demand, self.config, first, last) for r in self.runs}
 
     def ratios(self) -> dict[str, float | None]:
         def ratio(a: float, b: float) -> float | None:

@@ -172,8 +172,11 @@ def simulate(
     lag_minutes_end = config.metric_lag_seconds
     initial = getattr(policy, "initial_replicas", None)
     first_count = initial(first) if callable(initial) else config.first_replicas(demand)
-    fleet = Fleet(min(max(int(first_count), config.min_replicas), config.max_replicas),
-                  config.lag_steps, config.warm_lag_steps)
+    fleet = Fleet(
+        min(max(int(first_count), config.min_replicas), config.max_replicas),
+        config.lag_steps,
+        config.warm_lag_steps,
+    )
     ready = np.empty(steps, dtype=np.int64)
     existing = np.empty(steps, dtype=np.int64)
     # Standby only for a policy that sizes it, and only when the config simulates it.

@@ -99,16 +99,12 @@ def target_owner(me: TargetClaim, claims: Iterable[TargetClaim]) -> str | None:
     return rivals[0].name if rivals else None
 
 
-
-
 class InvalidPool(Exception):
     """The pool cannot be served as specified; the message says why."""
 
     def __init__(self, reason: str, message: str) -> None:
         super().__init__(message)
         self.reason = reason
-
-
 
 
 @dataclass(frozen=True, slots=True)

@@ -34,7 +34,7 @@ from prescaler.api import (
     scheduled_windows,
 )
 from prescaler.capacity import CapacityModel
-from prescaler.controller import external
+from prescaler.controller import degradation, external
 from prescaler.controller.forecast import ForecastHub
 from prescaler.controller.model import (
     TARGET_CONFLICT,
@@ -59,6 +59,7 @@ from prescaler.controller.status import (
 from prescaler.kube import (
     DELETION_COST_ANNOTATION,
     POOL_LABEL,
+    ROLE_DEGRADATION,
     ROLE_HOT,
     ROLE_LABEL,
     ROLE_PLACEHOLDER,
@@ -70,6 +71,7 @@ from prescaler.kube import (
     PodStart,
     StandbyObservation,
     Workload,
+    degradation_config_map,
     first_image,
     hot_standby_deployment,
     object_name,
@@ -80,6 +82,8 @@ from prescaler.kube import (
 )
 from prescaler.metrics import Metrics
 from prescaler.planning import (
+    LEVELS,
+    Assessment,
     DrainPlan,
     FleetState,
     PlanInputs,
@@ -187,16 +191,20 @@ class Reconciler:
                 drain = await self._drain_plan(pool, spec, gathered, now)
                 decision = replace(decision, reason=f"{decision.reason}; {drain.reason}")
             self.metrics.declare_pool(pool.namespace, pool.name)
+            assessment = degradation.assess_pool(spec, capacity, gathered, decision, previous, now)
             standby = await self._apply(pool, spec, decision, gathered, previous, drain)
+            published = await self._publish_degradation(pool, spec, assessment, previous)
             status = compose_status(
                 spec, pool.generation, previous, decision, gathered, capacity, windows, standby, now
             )
-            status = external.record(
-                status, spec, examined, change, decision, now, pool.generation
+            status = status.model_copy(
+                update={"degradation": degradation.degradation_status(assessment, published)}
             )
+            status = external.record(status, spec, examined, change, decision, now, pool.generation)
             if not spec.dry_run:
                 await self._capacity_event(pool, previous, status)
             self._observe(pool, spec, decision, gathered, capacity, previous)
+            self._observe_degradation(pool, assessment)
             return status_patch(dict(pool.status), status)
         except InvalidPool as exc:
             self.metrics.reconcile_errors.labels(exc.reason).inc()
@@ -469,6 +477,42 @@ class Reconciler:
             )
         return sum(1 for p in promoted if p.ready) - len(retired) + len(chosen)
 
+    async def _publish_degradation(
+        self,
+        pool: PoolObject,
+        spec: InferencePoolSpec,
+        assessment: Assessment,
+        previous: InferencePoolStatus,
+    ) -> str | None:
+        """The level's Event when it changed, and the ConfigMap gateways read (created,
+        rewritten when its content changed, deleted when turned off); returns its name."""
+        if spec.dry_run:
+            return None
+        if assessment.changed:
+            type_, reason, message = degradation.change_event(previous, assessment)
+            await self.kube.post_event(pool.ref, type_, reason, message)
+        name = object_name(pool.name, ROLE_DEGRADATION)
+        if not spec.degradation.config_map:
+            was = previous.degradation.config_map if previous.degradation is not None else None
+            if was is not None:
+                await self.kube.delete(pool.namespace, "ConfigMap", name)
+            return None
+        body = degradation.degradation_status(assessment, name)
+        await self.kube.ensure(
+            degradation_config_map(pool.ref, degradation.config_map_data(pool.name, body))
+        )
+        return name
+
+    def _observe_degradation(self, pool: PoolObject, assessment: Assessment) -> None:
+        labels = (pool.namespace, pool.name)
+        self.metrics.degradation_level.labels(*labels).set(LEVELS.index(assessment.level))
+        short = assessment.shortfall
+        if short is None:
+            with contextlib.suppress(KeyError):
+                self.metrics.forecast_shortfall_tokens.remove(*labels)
+        else:
+            self.metrics.forecast_shortfall_tokens.labels(*labels).set(short.tokens_per_second)
+
     async def _capacity_event(
         self, pool: PoolObject, previous: InferencePoolStatus, status: InferencePoolStatus
     ) -> None:
@@ -638,5 +682,3 @@ def decide(
             forecast_expected=spec.forecast is not None,
         )
     )
-
-

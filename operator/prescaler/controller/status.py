@@ -456,9 +456,7 @@ def invalid_status(
         now,
         generation,
     )
-    return previous.model_copy(
-        update={"conditions": conditions, "observed_generation": generation}
-    )
+    return previous.model_copy(update={"conditions": conditions, "observed_generation": generation})
 
 
 def _round(value: float | None) -> float | None:

@@ -388,10 +388,19 @@ class KubeClient:
                 a.replace_namespaced_daemon_set,
                 a.delete_namespaced_daemon_set,
             )
+        if kind == "ConfigMap":
+            c = self.core
+            return (
+                c.read_namespaced_config_map,
+                c.create_namespaced_config_map,
+                c.replace_namespaced_config_map,
+                c.delete_namespaced_config_map,
+            )
         raise KubeError(f"no standby objects of kind {kind}")
 
     async def ensure(self, obj: dict[str, Any]) -> StandbyObservation:
-        """Create ``obj`` or replace it when its content hash changed; report its pods."""
+        """Create ``obj`` or replace it when its content hash changed; report its pods
+        (a ConfigMap has none)."""
         meta = obj["metadata"]
         read, create, replace, _ = self._crud(obj["kind"])
         try:
@@ -460,14 +469,14 @@ class KubeClient:
             "count": 1,
         }
         try:
-            await self._call(
-                self.core.create_namespaced_event, ref.namespace, event, created=True
-            )
+            await self._call(self.core.create_namespaced_event, ref.namespace, event, created=True)
         except KubeError as exc:
             log.warning("Event %s on %s/%s not posted: %s", reason, ref.namespace, ref.name, exc)
 
 
 def _desired(obj: dict[str, Any], current: dict[str, Any] | None) -> int:
+    if obj["kind"] == "ConfigMap":
+        return 0
     if obj["kind"] == "DaemonSet":
         status = (current or {}).get("status") or {}
         return int(status.get("desiredNumberScheduled") or 0)

@@ -39,10 +39,17 @@ ROLE_PLACEHOLDER = "placeholder"
 ROLE_HOT = "hot-standby"
 ROLE_PROMOTED = "promoted"
 """A hot standby pod taken into the target's Service (see :func:`promotion_patch`)."""
+ROLE_DEGRADATION = "degradation"
+"""The ConfigMap that publishes the degradation policy for gateways."""
 
 
 def object_name(pool: str, role: str) -> str:
-    suffix = {ROLE_PRE_PULL: "prepull", ROLE_PLACEHOLDER: "placeholder", ROLE_HOT: "hot"}[role]
+    suffix = {
+        ROLE_PRE_PULL: "prepull",
+        ROLE_PLACEHOLDER: "placeholder",
+        ROLE_HOT: "hot",
+        ROLE_DEGRADATION: "degradation",
+    }[role]
     return f"{pool[: 63 - len(suffix) - 1]}-{suffix}"
 
 
@@ -250,6 +257,19 @@ def promotion_patch(owner: ObjectRef, template: dict[str, Any]) -> dict[str, Any
     labels = dict((template.get("metadata") or {}).get("labels") or {})
     labels.update({POOL_LABEL: owner.name, ROLE_LABEL: ROLE_PROMOTED})
     return {"metadata": {"labels": labels, "ownerReferences": [owner.owner_reference()]}}
+
+
+def degradation_config_map(owner: ObjectRef, data: dict[str, str]) -> dict[str, Any]:
+    """The ConfigMap ``<pool>-degradation`` with ``data`` (its format is the degradation
+    contract, see ``prescaler.controller.degradation``), owned by the pool."""
+    return _with_hash(
+        {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": _metadata(owner, ROLE_DEGRADATION),
+            "data": dict(data),
+        }
+    )
 
 
 def placeholder_priority_class(name: str) -> dict[str, Any]:

@@ -1,0 +1,199 @@
+"""One pool's degradation: the assessment's inputs from what a reconcile gathered, its
+status, its Event and the ConfigMap gateways read (pure; the reconcile publishes them).
+
+The ConfigMap ``<pool>-degradation`` is a versioned contract (``docs/degradation.md``):
+every value is a string, and an empty string means "no restriction". Its content changes
+only with the level or its policy, so an unchanged policy is never rewritten.
+"""
+
+from __future__ import annotations
+
+from prescaler.api import (
+    AdmissionStatus,
+    DegradationStatus,
+    InferencePoolSpec,
+    InferencePoolStatus,
+    degradation_policy,
+)
+from prescaler.capacity import CapacityModel
+from prescaler.controller.model import Gathered
+from prescaler.controller.status import parse_rfc3339, rfc3339
+from prescaler.kube import ROLE_PROMOTED
+from prescaler.planning import (
+    LEVELS,
+    Assessment,
+    DegradationInputs,
+    DegradationState,
+    ScalePlan,
+    Signals,
+    assess,
+)
+
+CONTRACT = "prescaler.io/degradation/v1"
+"""The ConfigMap format's name and version (key ``contract``)."""
+CONFIG_MAP_KEYS = (
+    "contract",
+    "pool",
+    "level",
+    "since",
+    "queueDepthLimit",
+    "retryAfterSeconds",
+    "maxContextTokens",
+    "shedLanes",
+    "smallerModelRoute",
+    "smallerModelMaxPromptTokens",
+    "reasons",
+)
+"""Every key of the ConfigMap, always present (``docs/degradation.md`` says what each
+means to a client)."""
+
+
+def config_map_name(pool: str) -> str:
+    return f"{pool}-degradation"
+
+
+def arrivals(gathered: Gathered, decision: ScalePlan, now: float) -> tuple[float, ...]:
+    """Expected ready times of the target's replicas on their way: each starting pod at
+    its scheduling (or creation) plus the cold start, and each replica the plan asks for
+    that has no pod yet at now plus the cold start. Pods no node can take are not on
+    their way; nor are pods being deleted."""
+    cold = gathered.cold_start.seconds
+    own = [p for p in gathered.pods if p.role != ROLE_PROMOTED and not p.terminating]
+    times = [
+        max(now, (p.scheduled_at if p.scheduled_at is not None else p.created) + cold)
+        for p in own
+        if not p.ready and p.unschedulable is None
+    ]
+    wanted = max(decision.desired_replicas, gathered.workload.replicas)
+    times += [now + cold] * max(0, wanted - len(own))
+    return tuple(sorted(times))
+
+
+def previous_state(previous: InferencePoolStatus) -> DegradationState:
+    """The hysteresis memory from the last status (a missing or unparsable one starts
+    afresh at ``normal``)."""
+    d = previous.degradation
+    if d is None:
+        return DegradationState()
+    since = parse_rfc3339(d.since)
+    if since is None:
+        return DegradationState()
+    return DegradationState(
+        level=d.level,
+        since=since,
+        calm_since=parse_rfc3339(d.calm_since),
+        calm_peak=d.calm_peak,
+        raised_by=tuple(d.raised_by),
+    )
+
+
+def assess_pool(
+    spec: InferencePoolSpec,
+    capacity: CapacityModel,
+    gathered: Gathered,
+    decision: ScalePlan,
+    previous: InferencePoolStatus,
+    now: float,
+) -> Assessment:
+    """The pool's level now: the signals Prometheus gave, the forecast the plan used, and
+    the capacity ready now and on its way."""
+    snapshot = gathered.snapshot
+    promoted = sum(1 for p in gathered.hot_pods if p.role == ROLE_PROMOTED and p.ready)
+    serving = gathered.workload.ready_replicas + promoted + decision.promote_replicas
+    signals = Signals(
+        serving_replicas=serving,
+        waiting=snapshot.waiting if snapshot else None,
+        kv_cache_usage=snapshot.kv_cache_usage if snapshot else None,
+        ttft_p95_seconds=snapshot.ttft_p95_seconds if snapshot else None,
+        ttft_p99_seconds=snapshot.ttft_p99_seconds if snapshot else None,
+        observed_requests_per_second=snapshot.requests_per_second if snapshot else None,
+    )
+    result = gathered.forecast
+    return assess(
+        DegradationInputs(
+            now=now,
+            policy=degradation_policy(spec),
+            capacity=capacity,
+            signals=signals,
+            cold_start_seconds=gathered.cold_start.seconds,
+            forecast=result.forecast if result is not None else None,
+            arrivals=arrivals(gathered, decision, now),
+            previous=previous_state(previous),
+        )
+    )
+
+
+def degradation_status(assessment: Assessment, config_map: str | None) -> DegradationStatus:
+    state, a = assessment.state, assessment.admission
+    short = assessment.shortfall
+    return DegradationStatus(
+        level=state.level,
+        since=rfc3339(state.since if state.since is not None else 0.0),
+        reasons=[r[:512] for r in assessment.reasons[:8]],
+        forecast_shortfall_tokens_per_second=(
+            round(short.tokens_per_second, 1) if short is not None else None
+        ),
+        forecast_shortfall_percent=round(100 * short.fraction, 1) if short is not None else None,
+        admission=AdmissionStatus(
+            queue_depth_limit=a.queue_depth_limit,
+            retry_after_seconds=a.retry_after_seconds,
+            max_context_tokens=a.max_context_tokens,
+            shed_lanes=list(a.shed_lanes),
+            smaller_model_route=a.smaller_model_route,
+            smaller_model_max_prompt_tokens=a.smaller_model_max_prompt_tokens,
+        ),
+        config_map=config_map,
+        calm_since=rfc3339(state.calm_since) if state.calm_since is not None else None,
+        calm_peak=state.calm_peak,
+        raised_by=list(state.raised_by),
+    )
+
+
+def config_map_data(pool: str, status: DegradationStatus) -> dict[str, str]:
+    """The ConfigMap's data: contract ``prescaler.io/degradation/v1``."""
+
+    def text(value: int | str | None) -> str:
+        return "" if value is None else str(value)
+
+    a = status.admission
+    data = {
+        "contract": CONTRACT,
+        "pool": pool,
+        "level": status.level,
+        "since": status.since,
+        "queueDepthLimit": text(a.queue_depth_limit),
+        "retryAfterSeconds": text(a.retry_after_seconds),
+        "maxContextTokens": text(a.max_context_tokens),
+        "shedLanes": ",".join(a.shed_lanes),
+        "smallerModelRoute": text(a.smaller_model_route),
+        "smallerModelMaxPromptTokens": text(a.smaller_model_max_prompt_tokens),
+        "reasons": "\n".join(status.reasons),
+    }
+    assert tuple(data) == CONFIG_MAP_KEYS
+    return data
+
+
+def change_event(previous: InferencePoolStatus, assessment: Assessment) -> tuple[str, str, str]:
+    """The Event (type, reason, message) for a level change."""
+    old = previous.degradation.level if previous.degradation is not None else "normal"
+    new = assessment.level
+    rising = LEVELS.index(new) > LEVELS.index(old)
+    why = "; ".join(assessment.reasons) or "every signal below warning"
+    a = assessment.admission
+    policy = []
+    if a.queue_depth_limit is not None:
+        policy.append(f"503 beyond {a.queue_depth_limit} waiting")
+    if a.retry_after_seconds is not None:
+        policy.append(f"Retry-After {a.retry_after_seconds}s")
+    if a.max_context_tokens is not None:
+        policy.append(f"context cap {a.max_context_tokens} tokens")
+    if a.shed_lanes:
+        policy.append(f"shed {', '.join(a.shed_lanes)}")
+    if a.smaller_model_route:
+        policy.append(f"short requests to {a.smaller_model_route}")
+    tail = f" (policy: {'; '.join(policy)})" if policy else ""
+    return (
+        "Warning" if rising else "Normal",
+        "DegradationRaised" if rising else "DegradationLowered",
+        f"degradation {old} -> {new}: {why}{tail}",
+    )
