@@ -275,6 +275,19 @@ def _walk_every_path(k: Kube) -> None:
     wait_for(
         lambda: _gone(k.apps.read_namespaced_daemon_set, "web-prepull", ns), 60, "pre-pull deleted"
     )
+    # The degradation ConfigMap (create): one edited by hand is put back (update), one
+    # turned off is deleted.
+    cm = "web-degradation"
+    read_cm = k.core.read_namespaced_config_map
+    wait_for(lambda: not _gone(read_cm, cm, ns), 60, "the degradation ConfigMap")
+    k.core.patch_namespaced_config_map(
+        cm,
+        ns,
+        {"metadata": {"annotations": {"prescaler.io/spec-hash": "x"}}, "data": {"level": "x"}},
+    )
+    wait_for(lambda: read_cm(cm, ns).data["level"] == "normal", 60, "the ConfigMap put back")
+    k.patch_pool("web", {"degradation": {"configMap": False}})
+    wait_for(lambda: _gone(read_cm, cm, ns), 60, "the degradation ConfigMap deleted")
     # A hot standby pod is promoted (patch) into a target that grows, and retired (delete)
     # once the target's own replica is Ready.
     k.create_deployment(gpu_deployment("burst", 1, ready_delay="6s"))
