@@ -242,7 +242,7 @@ def _signals(
         signal: Signal = "ttftP95" if name == "ttftP95" else "ttftP99"
         above: Level = "critical" if level == "critical" else "warning"
         levels[signal] = above if value > slo else "normal"
-        lines[signal] = f"TTFT {name[-3:]} {value:.2f}s against an SLO of {slo:g}s"
+        lines[signal] = f"TTFT {name[-3:].lower()} {value:.2f}s against an SLO of {slo:g}s"
     if shortfall is not None:
         levels["forecastShortfall"] = (
             _threshold_level(

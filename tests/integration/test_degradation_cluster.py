@@ -1,0 +1,271 @@
+"""Degradation levels on the cluster, from a real Prometheus with backfilled series.
+
+The backfill reaches minutes into the future, so the series "now" are set in advance:
+a queue, then a full KV cache, then a slow TTFT, each for a minute with calm in between.
+The pool's level (status, Events, the ``<pool>-degradation`` ConfigMap a gateway reads)
+must rise with each and fall back after the hold. In a second case the queue stays
+empty and only the forecast sees demand beyond what can be ready: the level rises to
+``warning`` before the demand arrives.
+
+The operator runs as the Helm chart runs it (its ServiceAccount and RBAC), with a 30 s
+rate window, so a phase shows in the rates within seconds of its start.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from cluster.launcher import LocalCluster
+from cluster.objects import gpu_deployment
+from cluster.prometheus import (
+    Prometheus,
+    Sample,
+    counter_from_rate,
+    gauge_from_values,
+    vllm_samples,
+)
+from integration.chart_rbac import chart_identity
+from integration.operator_fixtures import (  # noqa: F401 (fixtures)
+    Kube,
+    crd_fixture,
+    running_operator,
+    wait_for,
+)
+
+pytestmark = [pytest.mark.cluster, pytest.mark.prometheus]
+
+# 600 prompt + 150 output tokens per request (the harness' vLLM profile): 5 req/s a replica.
+MODEL = {"tokensPerSecond": 3750, "promptTokens": 600, "outputTokens": 150}
+PODS = ("a", "b")
+SCRAPE = 15.0
+TTFT_BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, math.inf)
+HOLD = 20
+
+
+def _times(start: float, end: float) -> list[float]:
+    return [start + SCRAPE * i for i in range(int((end - start) // SCRAPE))]
+
+
+def _phase(times: Sequence[float], spans: Sequence[tuple[float, float]], on: float, off: float):  # type: ignore[no-untyped-def]
+    return [on if any(a <= t < b for a, b in spans) else off for t in times]
+
+
+def signal_series(
+    namespace: str,
+    times: Sequence[float],
+    rate: float,
+    *,
+    waiting: Sequence[float],
+    kv: Sequence[float],
+    slow: Sequence[bool],
+) -> list[Sample]:
+    """Per pod: the queue and KV-cache gauges, and a TTFT histogram whose requests take
+    0.2 s (fast) or 2 s (slow) to their first token."""
+    out: list[Sample] = []
+    per_pod = rate / len(PODS)
+    for pod in PODS:
+        labels = {"namespace": namespace, "pod": pod, "model_name": "llm"}
+        for ts, v in gauge_from_values(times, [w / len(PODS) for w in waiting], step_s=SCRAPE):
+            out.append(Sample("vllm:num_requests_waiting", labels, ts, v))
+        for ts, v in gauge_from_values(times, list(kv), step_s=SCRAPE):
+            out.append(Sample("vllm:kv_cache_usage_perc", labels, ts, v))
+        for le in TTFT_BUCKETS:
+            rates = [per_pod if le >= (2.0 if s else 0.2) else 0.0 for s in slow]
+            bucket = {**labels, "le": "+Inf" if math.isinf(le) else f"{le:g}"}
+            for ts, v in counter_from_rate(times, rates, step_s=SCRAPE):
+                out.append(Sample("vllm:time_to_first_token_seconds_bucket", bucket, ts, v))
+    return out
+
+
+def pool_spec(prometheus: Prometheus, namespace: str, **extra: Any) -> dict[str, Any]:
+    spec: dict[str, Any] = {
+        "target": {"name": "llm"},
+        "minReplicas": 1,
+        "maxReplicas": 2,
+        "model": MODEL,
+        "coldStart": {"mode": "fixed", "seconds": 5, "marginSeconds": 0},
+        "forecast": {
+            "prometheus": {"url": prometheus.url},
+            "engine": "vllm",
+            "selector": f'namespace="{namespace}"',
+            "model": "recent_mean",
+            "lookbackSeconds": 3600,
+            "stepSeconds": 15,
+            "horizonSeconds": 300,
+            "refitSeconds": 60,
+            "observedHeadroom": 1.0,
+        },
+        "degradation": {"holdSeconds": HOLD, "ttft": {"p95Seconds": 1.0}},
+    }
+    spec.update(extra)
+    return spec
+
+
+@contextmanager
+def operator(cluster: LocalCluster, namespace: str, tmp_path: Path, mp: pytest.MonkeyPatch):  # type: ignore[no-untyped-def]
+    with chart_identity(cluster, namespace, tmp_path) as identity:
+        mp.setenv("KUBECONFIG", str(identity.kubeconfig))  # kopf's own login
+        with running_operator(cluster, namespace, identity, rate_window="30s") as metrics:
+            yield metrics
+
+
+@contextmanager
+def config_map_levels(k: Kube, name: str) -> Iterator[list[str]]:
+    """Polls the ConfigMap until the block ends; yields the levels it showed, in order,
+    each change once."""
+    seen: list[str] = []
+    stop = threading.Event()
+
+    def watch() -> None:
+        while not stop.is_set():
+            with contextlib.suppress(Exception):  # not there yet, or an API hiccup
+                level = k.core.read_namespaced_config_map(name, k.ns).data["level"]
+                if not seen or seen[-1] != level:
+                    seen.append(level)
+            stop.wait(0.5)
+
+    thread = threading.Thread(target=watch, name="configmap-watch", daemon=True)
+    thread.start()
+    try:
+        yield seen
+    finally:
+        stop.set()
+        thread.join(10)
+
+
+def level_events(k: Kube, name: str) -> list[str]:
+    return [
+        e.message for e in k.events(name) if e.reason in ("DegradationRaised", "DegradationLowered")
+    ]
+
+
+def test_queue_kv_and_ttft_raise_the_level_and_it_falls_back_after_the_hold(
+    cluster: LocalCluster,
+    crd: None,
+    kube: Any,
+    namespace: str,
+    prometheus: Prometheus,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+) -> None:
+    k = Kube(kube, namespace)
+    now = time.time()
+    t0 = now + 90  # the operator is up and has planned by then, even on a busy machine
+    queue, kv, ttft = (t0, t0 + 60), (t0 + 150, t0 + 210), (t0 + 300, t0 + 360)
+    times = _times(now - 3600, t0 + 1200)
+    rate = 6.0  # 2 replicas serve it: no forecast shortfall
+    samples = vllm_samples(times, [rate] * len(times), namespace=namespace, model_name="llm",
+                           pods=PODS)  # fmt: skip
+    samples += signal_series(
+        namespace,
+        times,
+        rate,
+        waiting=_phase(times, [queue], 300.0, 0.0),
+        kv=_phase(times, [kv], 0.95, 0.4),
+        slow=[bool(x) for x in _phase(times, [ttft], 1.0, 0.0)],
+    )
+    prometheus.backfill(samples)
+    k.create_deployment(gpu_deployment("llm", 2, ready_delay="1s"))
+    with operator(cluster, namespace, tmp_path, monkeypatch):
+        k.create_pool("chat", pool_spec(prometheus, namespace))
+        with config_map_levels(k, "chat-degradation") as shown:
+            wait_for(
+                lambda: (k.status("chat").get("degradation") or {}).get("level") == "normal",
+                120,
+                "a normal level before the first phase",
+            )
+            assert time.time() < queue[0], "the operator started too late for the phases"
+            # Three rises and three falls, each a single Event.
+            wait_for(lambda: len(level_events(k, "chat")) >= 6, ttft[1] - time.time() + 240,
+                     "three rises and three falls")  # fmt: skip
+            status = k.status("chat")
+    messages = level_events(k, "chat")
+    assert len(messages) == 6, messages
+    assert messages[0].startswith("degradation normal -> critical: queue 300 waiting"), messages
+    assert "503 beyond" in messages[0]
+    assert "Retry-After" in messages[0]
+    assert messages[1].startswith("degradation critical -> normal"), messages
+    assert messages[2].startswith("degradation normal -> warning: KV cache 95% used"), messages
+    assert messages[3].startswith("degradation warning -> normal"), messages
+    assert messages[4].startswith("degradation normal -> warning: TTFT p95"), messages
+    assert messages[5].startswith("degradation warning -> normal"), messages
+    # The ConfigMap followed every change.
+    assert shown == ["normal", "critical", "normal", "warning", "normal", "warning", "normal"]
+    assert status["degradation"]["level"] == "normal"
+    assert status["degradation"]["configMap"] == "chat-degradation"
+    data = k.core.read_namespaced_config_map("chat-degradation", namespace).data
+    assert data["contract"] == "prescaler.io/degradation/v1"
+    assert data["queueDepthLimit"] == ""
+    assert data["shedLanes"] == ""
+
+
+def test_a_forecast_shortfall_alone_raises_warning_before_the_demand_arrives(
+    cluster: LocalCluster,
+    crd: None,
+    kube: Any,
+    namespace: str,
+    prometheus: Prometheus,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+) -> None:
+    """Yesterday's demand rose from 2 to 11.5 req/s at this time of day plus 6 minutes.
+    Two replicas (the pool's maximum, asked for one cold start plus margin ahead) serve
+    10 req/s: from one cold start before the rise the forecast is 1,125 tokens/s (13 %)
+    short, with the queue empty."""
+    k = Kube(kube, namespace)
+    day, step = 86_400, 60
+    rise = math.ceil((time.time() + 360) / step) * step
+    times = _times(rise - 2 * day - 1800, time.time() + 900)
+    rates = [11.5 if (t - rise) % day < 1800 else 2.0 for t in times]
+    samples = vllm_samples(times, rates, namespace=namespace, model_name="llm", pods=PODS)
+    samples += signal_series(
+        namespace,
+        times,
+        2.0,
+        waiting=[0.0] * len(times),
+        kv=[0.3] * len(times),
+        slow=[False] * len(times),
+    )
+    prometheus.backfill(samples)
+    k.create_deployment(gpu_deployment("llm", 1, ready_delay="1s"))
+    cold = 240
+    spec = pool_spec(
+        prometheus,
+        namespace,
+        coldStart={"mode": "fixed", "seconds": cold, "marginSeconds": 60},
+    )
+    spec["forecast"].update(
+        {"model": "seasonal_naive", "lookbackSeconds": 2 * day, "stepSeconds": step,
+         "horizonSeconds": 900, "quantile": 0.9}
+    )  # fmt: skip
+    with operator(cluster, namespace, tmp_path, monkeypatch):
+        k.create_pool("chat", spec)
+        wait_for(
+            lambda: (k.status("chat").get("degradation") or {}).get("level") == "normal",
+            120,
+            "a normal level while the rise is beyond the cold start",
+        )
+        raised = wait_for(
+            lambda: next((e for e in k.events("chat") if e.reason == "DegradationRaised"), None),
+            rise - time.time() + 60,
+            "the level raised by the forecast",
+        )
+        status = k.status("chat")
+    raised_at = (raised.event_time or raised.first_timestamp).timestamp()
+    assert raised_at < rise, "the level rose only once the demand was there"
+    assert raised.message.startswith("degradation normal -> warning: forecast shortfall")
+    assert "queue" not in raised.message
+    d = status["degradation"]
+    assert d["level"] == "warning"
+    assert d["raisedBy"] == ["forecastShortfall"]
+    assert 5 <= d["forecastShortfallPercent"] < 25
+    assert d["admission"]["shedLanes"] == ["batch"]
