@@ -1,7 +1,7 @@
 """Degradation levels on the cluster, from a real Prometheus with backfilled series.
 
 The backfill reaches minutes into the future, so the series "now" are set in advance:
-a queue, then a full KV cache, then a slow TTFT, each for a minute with calm in between.
+a queue, then a full KV cache, then a slow TTFT, each for 45 s with calm in between.
 The pool's level (status, Events, the ``<pool>-degradation`` ConfigMap a gateway reads)
 must rise with each and fall back after the hold. In a second case the queue stays
 empty and only the forecast sees demand beyond what can be ready: the level rises to
@@ -160,7 +160,9 @@ def test_queue_kv_and_ttft_raise_the_level_and_it_falls_back_after_the_hold(
     k = Kube(kube, namespace)
     now = time.time()
     t0 = now + 90  # the operator is up and has planned by then, even on a busy machine
-    queue, kv, ttft = (t0, t0 + 60), (t0 + 150, t0 + 210), (t0 + 300, t0 + 360)
+    # Each phase lasts 45 s; the next starts 60 s after it ended (the 20 s hold, the 30 s
+    # rate window and a reconcile to spare).
+    queue, kv, ttft = (t0, t0 + 45), (t0 + 105, t0 + 150), (t0 + 210, t0 + 255)
     times = _times(now - 3600, t0 + 1200)
     rate = 6.0  # 2 replicas serve it: no forecast shortfall
     samples = vllm_samples(times, [rate] * len(times), namespace=namespace, model_name="llm",
