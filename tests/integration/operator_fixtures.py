@@ -9,6 +9,7 @@ runs it as the Helm chart does: as the chart's ServiceAccount, under the chart's
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import os
 import socket
@@ -239,6 +240,33 @@ class Kube:
             self.ns, field_selector=f"involvedObject.name={name},involvedObject.kind=InferencePool"
         )
         return sorted(listing.items, key=lambda e: e.metadata.creation_timestamp)
+
+
+@contextmanager
+def recorded(
+    read: Callable[[], Any], interval: float, changes_only: bool = False
+) -> Iterator[list[Any]]:
+    """Calls ``read`` every ``interval`` seconds in a thread until the block ends; yields
+    the list of what it returned (with ``changes_only``, each new value once). A call that
+    raises (an API hiccup, an object not there yet) records nothing."""
+    seen: list[Any] = []
+    stop = threading.Event()
+
+    def watch() -> None:
+        while not stop.is_set():
+            with contextlib.suppress(Exception):
+                value = read()
+                if not (changes_only and seen and seen[-1] == value):
+                    seen.append(value)
+            stop.wait(interval)
+
+    thread = threading.Thread(target=watch, name="recorder", daemon=True)
+    thread.start()
+    try:
+        yield seen
+    finally:
+        stop.set()
+        thread.join(10)
 
 
 # ---------------------------------------------------------------------- processes

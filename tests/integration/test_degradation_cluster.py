@@ -13,12 +13,10 @@ rate window, so a phase shows in the rates within seconds of its start.
 
 from __future__ import annotations
 
-import contextlib
 import math
-import threading
 import time
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +35,7 @@ from integration.chart_rbac import chart_identity
 from integration.operator_fixtures import (  # noqa: F401 (fixtures)
     Kube,
     crd_fixture,
+    recorded,
     running_operator,
     wait_for,
 )
@@ -118,28 +117,10 @@ def operator(cluster: LocalCluster, namespace: str, tmp_path: Path, mp: pytest.M
             yield metrics
 
 
-@contextmanager
-def config_map_levels(k: Kube, name: str) -> Iterator[list[str]]:
+def config_map_levels(k: Kube, name: str) -> AbstractContextManager[list[str]]:
     """Polls the ConfigMap until the block ends; yields the levels it showed, in order,
     each change once."""
-    seen: list[str] = []
-    stop = threading.Event()
-
-    def watch() -> None:
-        while not stop.is_set():
-            with contextlib.suppress(Exception):  # not there yet, or an API hiccup
-                level = k.core.read_namespaced_config_map(name, k.ns).data["level"]
-                if not seen or seen[-1] != level:
-                    seen.append(level)
-            stop.wait(0.5)
-
-    thread = threading.Thread(target=watch, name="configmap-watch", daemon=True)
-    thread.start()
-    try:
-        yield seen
-    finally:
-        stop.set()
-        thread.join(10)
+    return recorded(lambda: k.core.read_namespaced_config_map(name, k.ns).data["level"], 0.5, True)
 
 
 def level_events(k: Kube, name: str) -> list[str]:

@@ -86,8 +86,10 @@ def test_a_hand_scale_is_detected_reported_and_handled_by_the_policy(
         wait_for(lambda: k.status("chat").get("appliedReplicas") == 3, 120, "status 3")
         # True on the reconcile that found it; False once the target holds the plan again.
         condition = wait_for(
-            lambda: (k.condition("chat", "ExternalChange") or {}).get("status") == "False"
-            and k.condition("chat", "ExternalChange"),
+            lambda: (
+                (k.condition("chat", "ExternalChange") or {}).get("status") == "False"
+                and k.condition("chat", "ExternalChange")
+            ),
             120,
             "the condition back to False",
         )

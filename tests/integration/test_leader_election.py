@@ -146,12 +146,8 @@ def test_two_replicas_exactly_one_acts_and_the_other_takes_over_after_sigkill(
         leader = wait_for(holder, 180, "one replica to take the Lease", interval=0.5)
         follower = "op-b" if leader == "op-a" else "op-a"
         leader_port, follower_port = procs[leader][1], procs[follower][1]
-        wait_for(
-            lambda: k.deployment("llm").spec.replicas == 2, 120, "the leader to scale to 2"
-        )
-        wait_for(
-            lambda: scrape(leader_port).get(reconciles, 0) >= 5, 120, "5 leader reconciles"
-        )
+        wait_for(lambda: k.deployment("llm").spec.replicas == 2, 120, "the leader to scale to 2")
+        wait_for(lambda: scrape(leader_port).get(reconciles, 0) >= 5, 120, "5 leader reconciles")
         wait_for(lambda: scrape(follower_port), 120, "the standby replica's /metrics")
         standby = scrape(follower_port)
         assert standby.get("prescaler_leader") == 0

@@ -216,6 +216,7 @@ def test_cold_start_auto_learns_the_pod_delay(kube: Any, namespace: str, operato
         "four observed starts",
     )
     assert cold["source"] == "measured"
+
     # Each sample is one pod's scheduled -> Ready, as the API server recorded it (second
     # resolution): at least the kwok delay, and exactly what the pods say, however busy.
     def start(pod: Any) -> float | None:

@@ -13,11 +13,9 @@ reported ``ModelFailed`` and plan on the fallback; a pool beside them is unaffec
 
 from __future__ import annotations
 
-import contextlib
-import threading
 import time
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
+from contextlib import AbstractContextManager
 from typing import Any
 
 import pytest
@@ -29,6 +27,7 @@ from cluster.prometheus import Prometheus, Sample, vllm_samples
 from integration.operator_fixtures import (  # noqa: F401 (fixtures)
     Kube,
     crd_fixture,
+    recorded,
     running_operator,
     wait_for,
 )
@@ -93,26 +92,10 @@ def with_resets(samples: list[Sample], at: list[float]) -> list[Sample]:
     return out
 
 
-@contextmanager
-def lowest_replicas(k: Kube, name: str) -> Iterator[list[int]]:
+def lowest_replicas(k: Kube, name: str) -> AbstractContextManager[list[int]]:
     """Polls the Deployment's ``spec.replicas`` until the block ends; yields the list of
     every value seen (its ``min`` is the lowest)."""
-    seen: list[int] = []
-    stop = threading.Event()
-
-    def watch() -> None:
-        while not stop.is_set():
-            with contextlib.suppress(Exception):  # an API hiccup is no replica count
-                seen.append(int(k.deployment(name).spec.replicas))
-            stop.wait(0.2)
-
-    thread = threading.Thread(target=watch, name="replica-watch", daemon=True)
-    thread.start()
-    try:
-        yield seen
-    finally:
-        stop.set()
-        thread.join(10)
+    return recorded(lambda: int(k.deployment(name).spec.replicas), 0.2)
 
 
 def pool_spec(url: str, namespace: str) -> dict[str, Any]:

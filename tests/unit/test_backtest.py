@@ -49,8 +49,7 @@ def _config(cold: float = 240.0, **kw: object) -> FleetConfig:
 def _oracle(demand: Demand, config: FleetConfig) -> OraclePolicy:
     per_step = np.repeat(demand.tokens_per_s, config.steps_per_minute)
     return OraclePolicy(
-        oracle_replicas(per_step, CAP, config.lag_steps, config.min_replicas,
-                        config.max_replicas),
+        oracle_replicas(per_step, CAP, config.lag_steps, config.min_replicas, config.max_replicas),
         config.step_seconds,
     )
 
@@ -99,8 +98,13 @@ def test_reactive_step_shortfall_is_known() -> None:
     assert result.scores["oracle"].shortfall_minutes == 0
     tl = result.timeline()
     assert list(tl.columns) == [
-        "minute", "demand_tokens_per_s", "replica_tokens_per_s",
-        "reactive_ready", "reactive_desired", "oracle_ready", "oracle_desired",
+        "minute",
+        "demand_tokens_per_s",
+        "replica_tokens_per_s",
+        "reactive_ready",
+        "reactive_desired",
+        "oracle_ready",
+        "oracle_desired",
     ]
     assert tl["reactive_desired"].iloc[5] == 10
     assert tl["reactive_ready"].iloc[9] == 2
@@ -123,8 +127,14 @@ def test_reactive_tolerance_rate_limit_and_stabilization() -> None:
     assert hpa.recommend(current=10, ready=2, demand_tokens_per_s=14000) == 20
 
     def obs(now: float, current: int, tokens: float) -> Observation:
-        return Observation(now=now, step=0, ready=current, existing=current,
-                           metric_tokens_per_s=tokens, observed=pd.Series(dtype=float))
+        return Observation(
+            now=now,
+            step=0,
+            ready=current,
+            existing=current,
+            metric_tokens_per_s=tokens,
+            observed=pd.Series(dtype=float),
+        )
 
     # Rate limit: from 1 pod at most +4 per sync; from 10 at most x2.
     assert hpa.decide(obs(0.0, 1, 100 * 700)) == 5
@@ -237,8 +247,13 @@ def test_predictive_uses_the_planner_and_only_the_past() -> None:
 
 
 def test_demand_from_trace_fills_gaps_for_truth_only() -> None:
-    trace = Trace(start=0.0, step_seconds=60.0, rps=np.array([1.0, np.nan, 3.0]),
-                  prompt_tokens=None, output_tokens=None)
+    trace = Trace(
+        start=0.0,
+        step_seconds=60.0,
+        rps=np.array([1.0, np.nan, 3.0]),
+        prompt_tokens=None,
+        output_tokens=None,
+    )
     demand = demand_from_trace(trace, prompt_tokens=90, output_tokens=10)
     np.testing.assert_allclose(demand.tokens_per_s, [100, 200, 300])
     assert np.isnan(demand.observed_requests_per_s[1])

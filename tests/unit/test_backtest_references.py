@@ -43,11 +43,18 @@ def _config(cold: float = 240.0, max_replicas: int = 50) -> FleetConfig:
     )
 
 
-def _smoothed(tokens: np.ndarray, config: FleetConfig, k: float = 1.0,
-              window: int = 31) -> np.ndarray:
+def _smoothed(
+    tokens: np.ndarray, config: FleetConfig, k: float = 1.0, window: int = 31
+) -> np.ndarray:
     return smoothed_oracle_replicas(
-        tokens, config.steps_per_minute, CAP, config.lag_steps, config.min_replicas,
-        config.max_replicas, k=k, window_minutes=window,
+        tokens,
+        config.steps_per_minute,
+        CAP,
+        config.lag_steps,
+        config.min_replicas,
+        config.max_replicas,
+        k=k,
+        window_minutes=window,
     )
 
 
@@ -129,22 +136,49 @@ def test_cli_runs_the_references_and_records_their_knobs(tmp_path: Path) -> None
     t = np.arange(minutes)
     rps = 50 + 30 * np.sin(t / 20.0) + np.random.default_rng(5).normal(0, 3, size=minutes)
     trace = tmp_path / "rate.csv"
-    trace.write_text("timestamp,requests_per_second\n" + "".join(
-        f"{1_700_000_000 + 60 * i},{max(r, 0.0):.3f}\n" for i, r in enumerate(rps)
-    ))
+    trace.write_text(
+        "timestamp,requests_per_second\n"
+        + "".join(f"{1_700_000_000 + 60 * i},{max(r, 0.0):.3f}\n" for i, r in enumerate(rps))
+    )
     bodies = {}
     span = "name=mid,start=2023-11-15T00:00:20,end=2023-11-15T01:00:20"  # minute-aligned
     for target in ("0.5", "0.9"):
         out = tmp_path / f"{target}.json"
         timeline = tmp_path / f"{target}.csv"
-        code = main([
-            "backtest", "--trace", str(trace), "--format", "rate", "--prompt-tokens", "80",
-            "--output-tokens", "20", "--cold-start-seconds", "120",
-            "--replica-tokens-per-second", "1000", "--scale-to-peak-replicas", "10",
-            "--policies", "reactive,oracle,smoothed-oracle", "--hpa-target", target,
-            "--smoothed-oracle-k", "1.3", "--smoothed-window-minutes", "15",
-            "--json", str(out), "--timeline", str(timeline), "--quiet", "--score-span", span,
-        ])
+        code = main(
+            [
+                "backtest",
+                "--trace",
+                str(trace),
+                "--format",
+                "rate",
+                "--prompt-tokens",
+                "80",
+                "--output-tokens",
+                "20",
+                "--cold-start-seconds",
+                "120",
+                "--replica-tokens-per-second",
+                "1000",
+                "--scale-to-peak-replicas",
+                "10",
+                "--policies",
+                "reactive,oracle,smoothed-oracle",
+                "--hpa-target",
+                target,
+                "--smoothed-oracle-k",
+                "1.3",
+                "--smoothed-window-minutes",
+                "15",
+                "--json",
+                str(out),
+                "--timeline",
+                str(timeline),
+                "--quiet",
+                "--score-span",
+                span,
+            ]
+        )
         assert code == 0
         bodies[target] = json.loads(out.read_text())
         header = timeline.read_text().splitlines()[0]
@@ -159,8 +193,10 @@ def test_cli_runs_the_references_and_records_their_knobs(tmp_path: Path) -> None
     assert mid["policies"]["oracle"]["shortfall_minutes"] == 0
     assert set(body["policies"]) == {"reactive", "oracle", "smoothed-oracle"}
     # A lower target keeps more headroom: more GPU-hours.
-    assert (bodies["0.5"]["policies"]["reactive"]["gpu_hours"]
-            > bodies["0.9"]["policies"]["reactive"]["gpu_hours"])
+    assert (
+        bodies["0.5"]["policies"]["reactive"]["gpu_hours"]
+        > bodies["0.9"]["policies"]["reactive"]["gpu_hours"]
+    )
 
 
 # --------------------------------------------------------------------------- span scores

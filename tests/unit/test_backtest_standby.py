@@ -184,8 +184,13 @@ def test_simulation_warm_starts_cost_and_timeline() -> None:
     hpa = ReactivePolicy(CAP, 1, 10)
     result = run_backtest(demand, [_Scripted([1] * 6 + [4] * 6, 2), hpa], config)
     assert list(result.timeline().columns) == [
-        "minute", "demand_tokens_per_s", "replica_tokens_per_s",
-        "scripted_ready", "scripted_desired", "reactive_ready", "reactive_desired",
+        "minute",
+        "demand_tokens_per_s",
+        "replica_tokens_per_s",
+        "scripted_ready",
+        "scripted_desired",
+        "reactive_ready",
+        "reactive_desired",
         "scripted_standby",
     ]
     assert result.scores["reactive"].standby_gpu_hours == 0.0
@@ -193,15 +198,17 @@ def test_simulation_warm_starts_cost_and_timeline() -> None:
 
 def test_no_standby_without_a_warm_start_in_the_config() -> None:
     demand = _demand([500.0] * 12)
-    config = FleetConfig(replica_tokens_per_second=CAP, cold_start_seconds=240.0,
-                         max_replicas=10, initial_replicas=1)
+    config = FleetConfig(
+        replica_tokens_per_second=CAP, cold_start_seconds=240.0, max_replicas=10, initial_replicas=1
+    )
     run = simulate(demand, _Scripted([1] * 6 + [4] * 6, 2), config)
     assert run.standby_per_step is None
     assert run.warm_starts == 0
     assert list(run.ready_per_minute(config.steps_per_minute))[6:] == [1, 1, 1, 1, 4, 4]
     with pytest.raises(ValueError, match="warm start"):
-        FleetConfig(replica_tokens_per_second=CAP, cold_start_seconds=60.0,
-                    warm_start_seconds=120.0)
+        FleetConfig(
+            replica_tokens_per_second=CAP, cold_start_seconds=60.0, warm_start_seconds=120.0
+        )
 
 
 # --------------------------------------------------------------------------- the CLI

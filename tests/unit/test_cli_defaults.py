@@ -94,8 +94,6 @@ def test_no_policy_flag_carries_a_default_of_its_own() -> None:
         (["--scale-down-max-percent", "20"], {"scale_down_max_percent": 20.0}),
     ],
 )
-def test_a_flag_overrides_exactly_its_field(
-    flags: list[str], expected: dict[str, float]
-) -> None:
+def test_a_flag_overrides_exactly_its_field(flags: list[str], expected: dict[str, float]) -> None:
     spec = cli_backtest.pool_spec(_args(*flags), CONFIG)
     assert scaling_policy(spec) == replace(scaling_policy(_operator_pool()), **expected)

@@ -4,7 +4,7 @@ cap from the KV-cache model, and the forecast shortfall that rises before the qu
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 import pytest
 
@@ -17,6 +17,7 @@ from prescaler.planning import (
     assess,
     forecast_shortfall,
 )
+from unit.fake_forecasts import Forecast, Point
 
 NOW = 1_800_000_000.0
 STEP = 60.0
@@ -24,20 +25,6 @@ COLD = 300.0
 # 1 request/s per replica: 1000 tokens per request at 1000 tokens/s.
 CAPACITY = CapacityModel(TokenProfile(600, 400), tokens_per_second=1000)
 POLICY = DegradationPolicy(hold_seconds=120.0)
-
-
-@dataclass(frozen=True)
-class Point:
-    t: float
-    mean: float
-    upper: float
-
-
-@dataclass(frozen=True)
-class Forecast:
-    points: tuple[Point, ...]
-    generated_at: float
-    step_seconds: float = STEP
 
 
 def flat(rps: float, at: float = NOW, steps: int = 20) -> Forecast:

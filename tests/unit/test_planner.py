@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from datetime import UTC, datetime
 
 import pytest
@@ -18,25 +18,12 @@ from prescaler.planning import (
     next_fleet_state,
     plan,
 )
+from unit.fake_forecasts import Forecast, Point
 
 NOW = 1_800_000_000.0
 STEP = 60.0
 # 1 request/s per replica: 1000 tokens per request at 1000 tokens/s.
 CAPACITY = CapacityModel(TokenProfile(600, 400), tokens_per_second=1000)
-
-
-@dataclass(frozen=True)
-class Point:
-    t: float
-    mean: float
-    upper: float
-
-
-@dataclass(frozen=True)
-class Forecast:
-    points: tuple[Point, ...]
-    generated_at: float
-    step_seconds: float = STEP
 
 
 def forecast(uppers: list[float], generated_at: float = NOW) -> Forecast:

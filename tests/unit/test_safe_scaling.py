@@ -4,7 +4,6 @@ without waits for a node; the pod view of the Kubernetes adapter."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 import pytest
@@ -23,6 +22,7 @@ from prescaler.planning import (
     plan,
 )
 from prescaler.sources import Snapshot
+from unit.fake_forecasts import Forecast, Point
 from unit.test_status_pipeline import FakeKube, _condition, _kube, _reconciler, _run, _spec, _window
 
 NOW = 1_800_000_000.0
@@ -31,22 +31,8 @@ CAPACITY = CapacityModel(TokenProfile(600, 400), tokens_per_second=1000)  # 1 re
 PERIOD = 300.0
 
 
-@dataclass(frozen=True)
-class Point:
-    t: float
-    mean: float
-    upper: float
-
-
-@dataclass(frozen=True)
-class Forecast:
-    points: tuple[Point, ...]
-    generated_at: float = NOW
-    step_seconds: float = STEP
-
-
 def flat(upper: float) -> Forecast:
-    return Forecast(tuple(Point(NOW + STEP * (i + 1), upper, upper) for i in range(20)))
+    return Forecast(tuple(Point(NOW + STEP * (i + 1), upper, upper) for i in range(20)), NOW)
 
 
 def decide(

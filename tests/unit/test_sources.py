@@ -78,8 +78,8 @@ def test_bad_promql_is_told_apart_from_an_outage() -> None:
     from prometheus_api_client.exceptions import PrometheusApiClientException
 
     bad = PrometheusApiClientException(
-        "HTTP Status Code 400 (b'{\"status\":\"error\",\"errorType\":\"bad_data\","
-        "\"error\":\"parse error\"}')"
+        'HTTP Status Code 400 (b\'{"status":"error","errorType":"bad_data",'
+        '"error":"parse error"}\')'
     )
     assert type(_classify("requests_per_second", "sum(", bad)).__name__ == "PromQLError"
     down = PrometheusApiClientException("HTTP Status Code 503 (b'unavailable')")

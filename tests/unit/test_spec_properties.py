@@ -13,7 +13,6 @@ at worst).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from typing import Any
 
 from hypothesis import HealthCheck, example, given, settings
@@ -30,6 +29,7 @@ from prescaler.api import (
 from prescaler.capacity import PRESETS
 from prescaler.controller.status import parse_status
 from prescaler.planning import FleetState, PlanInputs, plan
+from unit.fake_forecasts import Forecast, Point
 
 NOW = 1_750_000_000.0
 EXAMPLES = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -203,20 +203,6 @@ readings = st.one_of(
     st.sampled_from([math.nan, math.inf, -math.inf, -1.0, 0.0, 1e-300, 1.7e308]),
     st.floats(min_value=0, max_value=1e5),
 )
-
-
-@dataclass(frozen=True)
-class Point:
-    t: float
-    mean: float
-    upper: float
-
-
-@dataclass(frozen=True)
-class Forecast:
-    points: tuple[Point, ...]
-    generated_at: float
-    step_seconds: float
 
 
 forecast_values = st.builds(

@@ -113,10 +113,12 @@ def test_requests_and_rate_round_trip(tmp_path: Path) -> None:
     np.testing.assert_allclose(trace.rps, counts / 60)
     # Write the binned trace out as a `rate` file and read it back: identical.
     series = trace.rate_series()
-    pd.DataFrame({
-        "timestamp": series.index.strftime("%Y-%m-%dT%H:%M:%SZ"),
-        "requests_per_second": series.to_numpy(),
-    }).to_csv(tmp_path / "rate.csv", index=False)
+    pd.DataFrame(
+        {
+            "timestamp": series.index.strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "requests_per_second": series.to_numpy(),
+        }
+    ).to_csv(tmp_path / "rate.csv", index=False)
     back = load_trace(tmp_path / "rate.csv", "rate")
     assert back.start == trace.start
     assert back.step_seconds == 60
@@ -143,18 +145,14 @@ def test_requests_iso_with_zone(tmp_path: Path) -> None:
 
 
 def test_rate_gaps_become_nan(tmp_path: Path) -> None:
-    (tmp_path / "r.csv").write_text(
-        "timestamp,requests_per_second\n0,1\n60,2\n180,4\n"
-    )
+    (tmp_path / "r.csv").write_text("timestamp,requests_per_second\n0,1\n60,2\n180,4\n")
     trace = load_trace(tmp_path / "r.csv", "rate")
     assert trace.step_seconds == 60
     np.testing.assert_allclose(trace.rps, [1, 2, np.nan, 4])
 
 
 def test_time_scale_stretches_time_and_keeps_levels(tmp_path: Path) -> None:
-    (tmp_path / "r.csv").write_text(
-        "timestamp,requests_per_second\n1000,1\n1060,2\n1120,4\n"
-    )
+    (tmp_path / "r.csv").write_text("timestamp,requests_per_second\n1000,1\n1060,2\n1120,4\n")
     trace = load_trace(tmp_path / "r.csv", "rate", time_scale=10)
     assert trace.start == 1000
     assert trace.step_seconds == 600
@@ -202,9 +200,7 @@ def test_tokens_per_request_defaults() -> None:
 
 
 def test_token_mix_from_requests_and_pdfs(tmp_path: Path) -> None:
-    (tmp_path / "r.csv").write_text(
-        "timestamp,prompt_tokens,output_tokens\n0,100,10\n1,300,30\n"
-    )
+    (tmp_path / "r.csv").write_text("timestamp,prompt_tokens,output_tokens\n0,100,10\n1,300,30\n")
     mix = load_token_mix(tmp_path / "r.csv")
     assert mix.paired
     assert mix.mean_prompt == 200
@@ -275,9 +271,7 @@ def test_unknown_format_and_missing_file(tmp_path: Path) -> None:
 
 
 def test_requests_allow_simultaneous_arrivals(tmp_path: Path) -> None:
-    (tmp_path / "r.csv").write_text(
-        "timestamp,prompt_tokens,output_tokens\n0,1,1\n0,1,1\n"
-    )
+    (tmp_path / "r.csv").write_text("timestamp,prompt_tokens,output_tokens\n0,1,1\n0,1,1\n")
     assert load_trace(tmp_path / "r.csv", "requests").rps[0] == pytest.approx(2 / 60)
 
 
