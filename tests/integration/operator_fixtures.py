@@ -32,6 +32,7 @@ from kubernetes.client.exceptions import ApiException
 from prometheus_client.parser import text_string_to_metric_families
 
 from cluster.launcher import LocalCluster
+from cluster.objects import gpu_deployment
 from integration.chart_rbac import ChartIdentity, chart_identity
 from prescaler.api import GROUP, PLURAL, VERSION
 from prescaler.metrics import Metrics
@@ -226,6 +227,22 @@ class Kube:
             if cond["type"] == kind:
                 return dict(cond)
         return None
+
+    def deployment_and_pool(self, min_replicas: int, **extra: Any) -> None:
+        """Deployment ``llm`` (1 GPU replica) and pool ``chat`` scaling it within
+        ``[min_replicas, 6]``, 30 s fixed cold start, planned on schedules and bounds."""
+        self.create_deployment(gpu_deployment("llm", 1))
+        self.create_pool(
+            "chat",
+            {
+                "target": {"name": "llm"},
+                "minReplicas": min_replicas,
+                "maxReplicas": 6,
+                "model": {"tokensPerSecond": 3750},
+                "coldStart": {"mode": "fixed", "seconds": 30},
+                **extra,
+            },
+        )
 
     def patch_pool(self, name: str, spec: dict[str, Any]) -> None:
         self.custom.patch_namespaced_custom_object(

@@ -19,7 +19,6 @@ import pytest
 
 from cluster.apiproxy import ApiProxy, Rule
 from cluster.launcher import LocalCluster
-from cluster.objects import gpu_deployment
 from integration.operator_fixtures import (  # noqa: F401 (fixtures)
     Kube,
     crd_fixture,
@@ -82,17 +81,7 @@ def test_the_operator_converges_through_api_server_faults(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     k = Kube(kube, namespace)
-    k.create_deployment(gpu_deployment("llm", 1))
-    k.create_pool(
-        "chat",
-        {
-            "target": {"name": "llm"},
-            "minReplicas": 1,
-            "maxReplicas": 6,
-            "model": {"tokensPerSecond": 3750},
-            "coldStart": {"mode": "fixed", "seconds": 30},
-        },
-    )
+    k.deployment_and_pool(min_replicas=1)
     monkeypatch.setenv("KUBECONFIG", str(api_proxy.kubeconfig))  # kopf's own login
     with running_operator(cluster, namespace, kubeconfig=str(api_proxy.kubeconfig)) as metrics:
         wait_for(lambda: k.status("chat").get("appliedReplicas") == 1, 120, "the first status")

@@ -10,7 +10,6 @@ from typing import Any
 
 import pytest
 
-from cluster.objects import gpu_deployment
 from integration.operator_fixtures import (  # noqa: F401 (fixtures)
     Kube,
     crd_fixture,
@@ -53,18 +52,7 @@ def test_a_hand_scale_is_detected_reported_and_handled_by_the_policy(
     kube: Any, namespace: str, operator: Metrics, policy: str
 ) -> None:
     k = Kube(kube, namespace)
-    k.create_deployment(gpu_deployment("llm", 1))
-    k.create_pool(
-        "chat",
-        {
-            "target": {"name": "llm"},
-            "minReplicas": 3,
-            "maxReplicas": 6,
-            "model": {"tokensPerSecond": 3750},
-            "coldStart": {"mode": "fixed", "seconds": 30},
-            "externalChanges": policy,
-        },
-    )
+    k.deployment_and_pool(min_replicas=3, externalChanges=policy)
     wait_for(lambda: k.status("chat").get("appliedReplicas") == 3, 120, "the scale to 3")
     assert k.deployment("llm").spec.replicas == 3
     assert _reasons(k).count("ScaledUp") == 1

@@ -19,7 +19,6 @@ import pytest
 from kubernetes import client
 
 from cluster.launcher import LocalCluster
-from cluster.objects import gpu_deployment
 from integration.operator_fixtures import (  # noqa: F401 (fixtures)
     Kube,
     crd_fixture,
@@ -119,17 +118,7 @@ def test_two_replicas_exactly_one_acts_and_the_other_takes_over_after_sigkill(
     cluster: LocalCluster, crd: None, kube: Any, namespace: str, tmp_path: Path
 ) -> None:
     k = Kube(kube, namespace)
-    k.create_deployment(gpu_deployment("llm", 1))
-    k.create_pool(
-        "chat",
-        {
-            "target": {"name": "llm"},
-            "minReplicas": 2,
-            "maxReplicas": 6,
-            "model": {"tokensPerSecond": 3750},
-            "coldStart": {"mode": "fixed", "seconds": 30},
-        },
-    )
+    k.deployment_and_pool(min_replicas=2)
     reconciles = "prescaler_reconcile_duration_seconds_count"
 
     def holder() -> str | None:
