@@ -54,6 +54,8 @@ def test_arrivals_are_the_starting_pods_and_the_replicas_without_a_pod() -> None
     # plan adds (6 wanted, 4 pods not leaving) one cold start from now; none for the
     # pod no node can take, nor for the one leaving.
     assert times == (NOW, NOW - 50 + COLD, NOW + COLD, NOW + COLD)
+    # A dry run asks for nothing: only the target's own replicas are on their way.
+    assert degradation.arrivals(g, d, NOW, applied=False) == (NOW, NOW - 50 + COLD)
 
 
 def test_the_status_round_trip_keeps_the_hysteresis() -> None:

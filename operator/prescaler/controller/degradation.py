@@ -52,11 +52,13 @@ def config_map_name(pool: str) -> str:
     return f"{pool}-degradation"
 
 
-def arrivals(gathered: Gathered, decision: ScalePlan, now: float) -> tuple[float, ...]:
+def arrivals(
+    gathered: Gathered, decision: ScalePlan, now: float, applied: bool = True
+) -> tuple[float, ...]:
     """Expected ready times of the target's replicas on their way: each starting pod at
-    its scheduling (or creation) plus the cold start, and each replica the plan asks for
-    that has no pod yet at now plus the cold start. Pods no node can take are not on
-    their way; nor are pods being deleted."""
+    its scheduling (or creation) plus the cold start, and each replica the target (or,
+    when the plan is ``applied``, the plan) asks for that has no pod yet at now plus the
+    cold start. Pods no node can take are not on their way; nor are pods being deleted."""
     cold = gathered.cold_start.seconds
     own = [p for p in gathered.pods if p.role != ROLE_PROMOTED and not p.terminating]
     times = [
@@ -64,7 +66,9 @@ def arrivals(gathered: Gathered, decision: ScalePlan, now: float) -> tuple[float
         for p in own
         if not p.ready and p.unschedulable is None
     ]
-    wanted = max(decision.desired_replicas, gathered.workload.replicas)
+    wanted = gathered.workload.replicas
+    if applied:
+        wanted = max(wanted, decision.desired_replicas)
     times += [now + cold] * max(0, wanted - len(own))
     return tuple(sorted(times))
 
@@ -116,8 +120,9 @@ def assess_pool(
             capacity=capacity,
             signals=signals,
             cold_start_seconds=gathered.cold_start.seconds,
-            forecast=result.forecast if result is not None else None,
-            arrivals=arrivals(gathered, decision, now),
+            # The forecast the plan could use (fresh and sound), or none.
+            forecast=result.forecast if result is not None and decision.forecast_usable else None,
+            arrivals=arrivals(gathered, decision, now, applied=not spec.dry_run),
             previous=previous_state(previous),
         )
     )
