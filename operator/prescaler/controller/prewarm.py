@@ -393,6 +393,17 @@ class Prewarmer:
                 published.pool, "Warning", result.reason, f"pod {pod.name}: {result.message}"
             )
 
+    async def settle(self) -> None:
+        """Wait until no task runs (each task may start the next round's)."""
+        while self._tasks:
+            await asyncio.gather(*list(self._tasks.values()), return_exceptions=True)
+            await asyncio.sleep(0)
+
+    @property
+    def running(self) -> int:
+        """Pods with a task now (warming, or writing their condition)."""
+        return len(self._tasks)
+
     async def close(self) -> None:
         """Cancel the loop and every task, and wait for them (connections close)."""
         tasks = [t for t in (self._loop, *self._tasks.values()) if t is not None]

@@ -104,6 +104,11 @@ def parse_prompts(text: str) -> tuple[str, ...]:
     if len(data) > MAX_PROMPTS:
         raise ValueError(f"{len(data)} prompts, more than {MAX_PROMPTS}")
     for i, item in enumerate(data):
+        if isinstance(item, dict):
+            raise ValueError(
+                f"item {i} is a mapping, not a string: quote a prompt that has ': ' in it "
+                "or ends with ':'"
+            )
         if not isinstance(item, str) or not item:
             raise ValueError(f"item {i} is not a non-empty string")
     return tuple(data)
