@@ -147,6 +147,11 @@ def test_a_pod_without_the_gate_is_warmed_only_if_it_turned_ready_recently() -> 
     assert _decide(pod(gated=False, ready_at=NOW - 61), claim) == FORGET  # serving already
     assert _decide(pod(gated=False), None) == FORGET  # not ours
     assert _decide(pod(gated=False), Claim("chat", None)) == FORGET
+    young = pod(gated=False)
+    young["metadata"]["creationTimestamp"] = rfc3339(NOW - 119)
+    assert _decide(young, None) == WAIT, "its pool may not have reconciled yet"
+    young["metadata"]["creationTimestamp"] = rfc3339(NOW - 120)
+    assert _decide(young, None) == FORGET
 
 
 @pytest.mark.parametrize(

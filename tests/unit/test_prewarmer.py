@@ -334,6 +334,21 @@ def test_pods_without_the_gate_are_warmed_only_when_new() -> None:
     run(scenario)
 
 
+def test_a_new_pod_without_the_gate_seen_before_its_pool_reconciled_is_warmed_after() -> None:
+    async def scenario() -> None:
+        s = setup(FakeKube(template=UNGATED))
+        young = pod(1, gated=False)
+        young["metadata"]["creationTimestamp"] = rfc3339(NOW - 10)
+        s.prewarmer.observe(None, young)
+        await s.round()
+        assert s.warm.calls == []
+        await s.reconcile(spec())
+        await s.round()
+        assert [c[0] for c in s.warm.calls] == ["10.64.0.1"]
+
+    run(scenario)
+
+
 def test_a_condition_that_cannot_be_written_is_retried_without_warming_again() -> None:
     async def scenario() -> None:
         s = setup(FakeKube(failing_writes=2))

@@ -3,8 +3,9 @@
 Inputs, all in the operator's event loop:
 
 - the pod watch (``handlers.py``): :meth:`Prewarmer.observe` keeps the pods that need a
-  decision (gated pods until their condition is set; pods of a workload whose pool has
-  ``spec.prewarm``), in memory, on every replica, so a new leader acts at once;
+  decision (gated pods until their condition is set; new pods of a workload whose pool has
+  ``spec.prewarm``, or may have it once it reconciles), in memory, on every replica, so a
+  new leader acts at once;
 - each pool's reconcile (leader only): :meth:`Prewarmer.pool_condition` publishes what the
   pods of its workload get (a warm-up, or nothing) and returns the pool's ``Prewarm``
   condition (an Event when it turns ``False`` or changes while ``False``);
@@ -132,10 +133,19 @@ class Prewarmer:
         if pod.done:
             self._drop(pod.uid, cancel=False)  # its task, if any, is writing that now
             return
-        published = self._claims.get(pod.key) if pod.key is not None else None
-        if not pod.gated and (published is None or published.claim.config is None):
-            self._pods.pop(pod.uid, None)
-            return
+        if not pod.gated:
+            published = self._claims.get(pod.key) if pod.key is not None else None
+            claim = published.claim if published is not None else None
+            verdict = decide(
+                pod,
+                claim,
+                self.clock(),
+                waiting_since=None,
+                unclaimed_grace_seconds=self.unclaimed_seconds,
+            )
+            if verdict.verb == "forget":  # not ours: most pods end here
+                self._pods.pop(pod.uid, None)
+                return
         tracked = self._pods.get(pod.uid)
         if tracked is None:
             self._pods[pod.uid] = _Tracked(pod)

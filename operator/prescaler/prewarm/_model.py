@@ -149,8 +149,11 @@ class PodGate:
     condition: str | None
     """The status of its ``prescaler.io/prewarmed`` condition (``None``: not set)."""
     containers_ready_at: float | None
-    """When ``ContainersReady`` turned True (``None`` while it is not)."""
+    """When ``ContainersReady`` turned True (``None`` while it is not; NaN when it is but
+    says no time)."""
     terminating: bool
+    created_at: float | None
+    """Its ``creationTimestamp``."""
     workload: tuple[str, str] | None
     """``(kind, name)`` of the workload that made it: a Deployment (through its
     ReplicaSet) or a StatefulSet; ``None`` for other pods."""
@@ -217,6 +220,7 @@ def pod_gate(pod: Mapping[str, Any]) -> PodGate:
         condition=condition,
         containers_ready_at=containers_ready_at,
         terminating=meta.get("deletionTimestamp") is not None,
+        created_at=_time(meta.get("creationTimestamp")),
         workload=pod_workload(meta),
         labels=dict(meta.get("labels") or {}),
     )
@@ -267,12 +271,18 @@ def decide(
     Gated pods are always brought to an end: warmed, or released with a reason. Pods
     without the gate are warmed only when their workload's pool has ``spec.prewarm`` and
     they turned ready within the last timeout (older ones already serve; a warm-up adds
-    nothing to them), and then only best effort: they take traffic meanwhile.
+    nothing to them), and then only best effort: they take traffic meanwhile. Such a pod
+    that no pool claims yet is waited for while it is young (created within the grace: its
+    pool may not have reconciled yet), then forgotten.
     """
     if pod.done or pod.terminating:
         return FORGET
-    if not pod.gated and (claim is None or claim.config is None):
-        return FORGET
+    if not pod.gated:
+        if claim is None:
+            young = pod.created_at is not None and now - pod.created_at < unclaimed_grace_seconds
+            return WAIT if young else FORGET
+        if claim.config is None:
+            return FORGET
     if pod.containers_ready_at is None or pod.ip is None:
         return WAIT
     if claim is None:
