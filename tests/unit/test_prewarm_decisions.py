@@ -152,6 +152,9 @@ def test_a_pod_without_the_gate_is_warmed_only_if_it_turned_ready_recently() -> 
     assert _decide(young, None) == WAIT, "its pool may not have reconciled yet"
     young["metadata"]["creationTimestamp"] = rfc3339(NOW - 120)
     assert _decide(young, None) == FORGET
+    job = pod(gated=False, owner=("Job", "batch"))
+    job["metadata"]["creationTimestamp"] = rfc3339(NOW - 1)
+    assert _decide(job, None) == FORGET, "no pool scales a Job's pods"
 
 
 @pytest.mark.parametrize(

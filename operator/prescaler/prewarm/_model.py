@@ -279,6 +279,8 @@ def decide(
         return FORGET
     if not pod.gated:
         if claim is None:
+            if pod.workload is None:  # a bare pod, a Job's: no pool scales it
+                return FORGET
             young = pod.created_at is not None and now - pod.created_at < unclaimed_grace_seconds
             return WAIT if young else FORGET
         if claim.config is None:
