@@ -91,6 +91,9 @@ class ReconcileSettings:
 class PrewarmSettings:
     """Warm-up of new pods (``spec.prewarm``, ``docs/prewarm.md``)."""
 
+    enabled: bool = True
+    """Watch the pods and warm them. Off: no pod watch, ``spec.prewarm`` is ignored, and a
+    pod whose template lists the readiness gate ``prescaler.io/prewarmed`` is never Ready."""
     concurrency: int = 16
     """Pods warmed at once at most; the others wait their turn (their timeout starts when
     their warm-up does)."""

@@ -46,7 +46,7 @@ class Runtime:
     kube: KubeClient
     io_pool: ThreadPoolExecutor
     fit_pool: Executor | None
-    prewarmer: Prewarmer
+    prewarmer: Prewarmer | None
 
     @classmethod
     def build(cls, settings: OperatorSettings, metrics: Metrics | None = None) -> Runtime:
@@ -77,13 +77,15 @@ class Runtime:
             stale_seconds=rs.forecast_stale_seconds,
         )
         ps = settings.prewarm
-        prewarmer = Prewarmer(
-            kube,
-            metrics,
-            concurrency=ps.concurrency,
-            unclaimed_seconds=ps.unclaimed_seconds,
-            config_map_seconds=ps.config_map_seconds,
-        )
+        prewarmer = None
+        if ps.enabled:
+            prewarmer = Prewarmer(
+                kube,
+                metrics,
+                concurrency=ps.concurrency,
+                unclaimed_seconds=ps.unclaimed_seconds,
+                config_map_seconds=ps.config_map_seconds,
+            )
         reconciler = Reconciler(
             kube=kube,
             metrics=metrics,
@@ -123,9 +125,11 @@ async def operate(
     election: asyncio.Task[None] | None = None
     if elector is not None:
         election = asyncio.create_task(elector.run(election_stop), name="leader election")
-    if elector is not None:
-        runtime.prewarmer.is_leader = elector.is_leader
-    runtime.prewarmer.start()
+    prewarmer = runtime.prewarmer
+    if prewarmer is not None:
+        if elector is not None:
+            prewarmer.is_leader = elector.is_leader
+        prewarmer.start()
     registry = kopf.OperatorRegistry()
     handlers.register(
         registry,
@@ -133,7 +137,7 @@ async def operate(
         settings.reconcile.interval_seconds,
         is_leader=elector.is_leader if elector is not None else None,
         namespaces=settings.watch.namespaces,
-        prewarmer=runtime.prewarmer,
+        prewarmer=prewarmer,
     )
     try:
         await kopf.operator(
@@ -147,7 +151,8 @@ async def operate(
         )
     finally:
         # Warm-ups end first (their connections close), while the API is still reachable.
-        await runtime.prewarmer.close()
+        if prewarmer is not None:
+            await prewarmer.close()
         if election is not None:
             election_stop.set()  # ends the loop, which releases the Lease
             with contextlib.suppress(Exception):
@@ -173,7 +178,8 @@ def leader_elector(settings: OperatorSettings, runtime: Runtime) -> LeaseElector
         metrics.leader.set(1 if leading else 0)
         if not leading:
             metrics.forget_pools()
-        runtime.prewarmer.kick()  # warm (or stop warming) at once
+        if runtime.prewarmer is not None:
+            runtime.prewarmer.kick()  # warm (or stop warming) at once
 
     return LeaseElector.for_client(
         runtime.kube.api_client,
