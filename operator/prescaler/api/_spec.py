@@ -171,7 +171,8 @@ class ColdStartSpec(WireModel):
 
     mode: Literal["auto", "fixed"] = "auto"
     """``auto`` measures pods of the target (created -> Ready, rolling p90) and uses that;
-    ``fixed`` always uses ``seconds``."""
+    ``fixed`` always uses ``seconds``. A pod gated on its warm-up (``prewarm``) is Ready
+    only after it, so the measured start includes the warm-up."""
     seconds: int = Field(default=300, ge=0, le=7200)
     """The cold start in ``fixed`` mode, and the assumption in ``auto`` mode until the
     first start has been observed."""
