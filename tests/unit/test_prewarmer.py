@@ -79,7 +79,7 @@ class FakeKube:
 
     async def ensure(self, obj: dict[str, Any]) -> StandbyObservation:
         self.objects[obj["metadata"]["name"]] = obj
-        return StandbyObservation(desired=obj["spec"].get("replicas", 1), ready=0)
+        return StandbyObservation(desired=(obj.get("spec") or {}).get("replicas", 1), ready=0)
 
     async def delete(self, namespace: str, kind: str, name: str) -> None:
         self.objects.pop(name, None)
