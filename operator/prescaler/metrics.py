@@ -180,6 +180,25 @@ class Metrics:
             registry=r,
         )
 
+        self.prewarm_pods = Counter(
+            "prescaler_prewarm_pods_total",
+            "Pods whose prescaler.io/prewarmed condition was set, by its reason (Prewarmed,"
+            " PrewarmFailed, PrewarmTimedOut, PrewarmNotConfigured)",
+            ("reason",),
+            registry=r,
+        )
+        self.prewarm_running = Gauge(
+            "prescaler_prewarm_running",
+            "Pod warm-ups in progress (spec.prewarm)",
+            registry=r,
+        )
+        self.prewarm_duration = Histogram(
+            "prescaler_prewarm_duration_seconds",
+            "Duration of one pod's warm-up: waiting for the engine, model lookup, requests",
+            buckets=_SECONDS,
+            registry=r,
+        )
+
     def declare_pool(self, namespace: str, pool: str) -> None:
         """Create the pool's scale-event counters at 0, so that ``increase()`` counts the
         first scale in each direction too (a series born at 1 shows no increase)."""

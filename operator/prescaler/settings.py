@@ -88,6 +88,25 @@ class ReconcileSettings:
 
 
 @dataclass(frozen=True, slots=True)
+class PrewarmSettings:
+    """Warm-up of new pods (``spec.prewarm``, ``docs/prewarm.md``)."""
+
+    enabled: bool = True
+    """Watch the pods and warm them. Off: no pod watch, ``spec.prewarm`` is ignored, and a
+    pod whose template lists the readiness gate ``prescaler.io/prewarmed`` is never Ready."""
+    concurrency: int = 16
+    """Pods warmed at once at most; the others wait their turn (their timeout starts when
+    their warm-up does)."""
+    unclaimed_seconds: float = 120.0
+    """A pod with the readiness gate ``prescaler.io/prewarmed`` that no pool with
+    ``spec.prewarm`` claims this long after its containers are ready (and this replica
+    leads) is released without warm-up, so a gate left in a template never keeps a pod
+    out of service. It covers a start: each pool claims its pods at its first reconcile."""
+    config_map_seconds: float = 60.0
+    """How long prompts read from a ConfigMap are reused before it is read again."""
+
+
+@dataclass(frozen=True, slots=True)
 class OperatorSettings:
     """All settings of ``prescaler run``."""
 
@@ -95,6 +114,7 @@ class OperatorSettings:
     leader: LeaderSettings = field(default_factory=LeaderSettings)
     metrics: MetricsSettings = field(default_factory=MetricsSettings)
     reconcile: ReconcileSettings = field(default_factory=ReconcileSettings)
+    prewarm: PrewarmSettings = field(default_factory=PrewarmSettings)
     liveness_endpoint: str | None = None
     """kopf's liveness probe URL, e.g. ``http://0.0.0.0:8081/healthz``."""
 
@@ -118,6 +138,10 @@ class OperatorSettings:
             raise ValueError("leader renew deadline must exceed 1.2 x the retry period")
         if leader.lease_duration_seconds <= leader.renew_deadline_seconds:
             raise ValueError("leader lease duration must exceed the renew deadline")
+        if self.prewarm.concurrency < 1:
+            raise ValueError("prewarm concurrency must be >= 1")
+        if self.prewarm.unclaimed_seconds < 0 or self.prewarm.config_map_seconds < 0:
+            raise ValueError("prewarm durations must be >= 0 seconds")
         if not 0 <= self.metrics.port <= 65535:
             raise ValueError("metrics port must be in 0..65535")
 

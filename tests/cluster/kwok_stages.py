@@ -5,11 +5,16 @@ Pod lifecycle, chained by selectors:
 1. ``pod-start``: a pod bound to a fake node gets an IP and goes ``Running`` at once,
    with its containers started but not Ready (the engine is pulling the image and
    loading weights).
-2. ``pod-ready-gpu`` / ``pod-ready-cpu``: after a delay the pod becomes Ready. The delay
-   is the pod annotation ``prescaler.io/fake-ready-delay`` (a Go duration such as
-   ``"45s"``) if present, else the cluster default for pods that request
-   ``nvidia.com/gpu`` (a model server cold start) or for other pods (near instant).
-3. ``pod-delete``: a pod marked for deletion is removed shortly after, as a kubelet
+2. ``pod-containers-ready-gpu`` / ``pod-containers-ready-cpu``: after a delay its
+   containers are ready (``ContainersReady``). The delay is the pod annotation
+   ``prescaler.io/fake-ready-delay`` (a Go duration such as ``"45s"``) if present, else the
+   cluster default for pods that request ``nvidia.com/gpu`` (a model server cold start) or
+   for other pods (near instant).
+3. ``pod-ready``: a pod whose containers are ready becomes Ready once every condition its
+   ``spec.readinessGates`` names is ``True``, at once for a pod without gates: the
+   kubelet's rule, so a gated pod stays out of its Services until someone sets the
+   condition (``prescaler.io/prewarmed``, by the operator).
+4. ``pod-delete``: a pod marked for deletion is removed shortly after, as a kubelet
    would once its containers stopped.
 
 Nodes are initialised Ready (keeping the capacity set at creation) and heartbeat
@@ -166,11 +171,11 @@ spec:
       startTime: {{ $now | Quote }}
 """  # noqa: E501
 
-_POD_READY = """\
+_POD_CONTAINERS_READY = """\
 apiVersion: kwok.x-k8s.io/v1alpha1
 kind: Stage
 metadata:
-  name: pod-ready-{kind}
+  name: pod-containers-ready-{kind}
 spec:
   resourceRef:
     apiGroup: v1
@@ -182,7 +187,7 @@ spec:
     - key: '.status.phase'
       operator: In
       values: ['Running']
-    - key: '.status.conditions.[] | select( .type == "Ready" ) | .status'
+    - key: '.status.conditions.[] | select( .type == "ContainersReady" ) | .status'
       operator: In
       values: ['False']
     - key: '.spec.containers.[].resources.requests["{gpu}"]'
@@ -202,10 +207,6 @@ spec:
       - lastProbeTime: null
         lastTransitionTime: {{{{ $now | Quote }}}}
         status: "True"
-        type: Ready
-      - lastProbeTime: null
-        lastTransitionTime: {{{{ $now | Quote }}}}
-        status: "True"
         type: ContainersReady
       containerStatuses:
       {{{{ range $i, $c := .spec.containers }}}}
@@ -218,6 +219,47 @@ spec:
           running:
             startedAt: {{{{ $.status.startTime | Quote }}}}
       {{{{ end }}}}
+"""
+
+# True when every readiness gate's condition is True (so also for a pod without gates).
+_GATES_MET = (
+    ". as $pod | [($pod.spec.readinessGates // [])[] | .conditionType as $t"
+    ' | any(($pod.status.conditions // [])[]; .type == $t and .status == "True")] | all'
+)
+
+_POD_READY = f"""\
+apiVersion: kwok.x-k8s.io/v1alpha1
+kind: Stage
+metadata:
+  name: pod-ready
+spec:
+  resourceRef:
+    apiGroup: v1
+    kind: Pod
+  selector:
+    matchExpressions:
+    - key: '.metadata.deletionTimestamp'
+      operator: DoesNotExist
+    - key: '.status.phase'
+      operator: In
+      values: ['Running']
+    - key: '.status.conditions.[] | select( .type == "ContainersReady" ) | .status'
+      operator: In
+      values: ['True']
+    - key: '.status.conditions.[] | select( .type == "Ready" ) | .status'
+      operator: In
+      values: ['False']
+    - key: '{_GATES_MET}'
+      operator: In
+      values: ['true']
+  next:
+    statusTemplate: |
+      {{{{ $now := Now }}}}
+      conditions:
+      - lastProbeTime: null
+        lastTransitionTime: {{{{ $now | Quote }}}}
+        status: "True"
+        type: Ready
 """
 
 _POD_DELETE = """\
@@ -254,20 +296,21 @@ def stages_yaml(
         _NODE_INITIALIZE,
         _NODE_HEARTBEAT,
         _POD_START,
-        _POD_READY.format(
+        _POD_CONTAINERS_READY.format(
             kind="gpu",
             gpu=GPU_RESOURCE,
             gpu_op="Exists",
             delay_ms=ms(gpu_ready_delay_s),
             annotation=READY_DELAY_ANNOTATION,
         ),
-        _POD_READY.format(
+        _POD_CONTAINERS_READY.format(
             kind="cpu",
             gpu=GPU_RESOURCE,
             gpu_op="DoesNotExist",
             delay_ms=ms(cpu_ready_delay_s),
             annotation=READY_DELAY_ANNOTATION,
         ),
+        _POD_READY,
         _POD_DELETE.format(delay_ms=ms(delete_delay_s)),
     ]
     return "---\n".join(docs)

@@ -44,3 +44,64 @@ def gpu_deployment(
             },
         },
     }
+
+
+LOOPBACK_TAINT = "prescaler.io/loopback-node"
+
+
+def loopback_gpu_node(name: str, pod_cidr: str, *, gpus: int = 8) -> dict[str, Any]:
+    """A kwok GPU node whose pods get addresses from ``pod_cidr``, a loopback range such as
+    ``127.64.3.0/24``: on this machine every such address reaches a server bound to
+    ``0.0.0.0``, so a fake engine answers at each pod's own IP. Tainted
+    ``prescaler.io/loopback-node=<name>``: only pods placed with :func:`on_node` land here.
+    (EndpointSlices refuse loopback addresses: these pods never join a Service.)"""
+    resources = {
+        "cpu": "64",
+        "memory": "512Gi",
+        "pods": "110",
+        "ephemeral-storage": "1Ti",
+        GPU_RESOURCE: str(gpus),
+    }
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {
+            "name": name,
+            "annotations": {"kwok.x-k8s.io/node": "fake", "node.alpha.kubernetes.io/ttl": "0"},
+            "labels": {
+                "kubernetes.io/os": "linux",
+                "kubernetes.io/arch": "amd64",
+                "kubernetes.io/hostname": name,
+                "type": "kwok",
+                "prescaler.io/fake-node": "true",
+                "nvidia.com/gpu.present": "true",
+            },
+        },
+        "spec": {
+            "podCIDR": pod_cidr,
+            "podCIDRs": [pod_cidr],
+            "taints": [
+                {"key": GPU_RESOURCE, "value": "present", "effect": "NoSchedule"},
+                {"key": LOOPBACK_TAINT, "value": name, "effect": "NoSchedule"},
+            ],
+        },
+        "status": {"capacity": resources, "allocatable": resources},
+    }
+
+
+def on_node(deployment: dict[str, Any], node: str) -> dict[str, Any]:
+    """``deployment`` with its pods placed on ``node`` (a :func:`loopback_gpu_node`)."""
+    spec = deployment["spec"]["template"]["spec"]
+    spec["nodeSelector"] = {"kubernetes.io/hostname": node}
+    spec["tolerations"] = [
+        *spec.get("tolerations", []),
+        {"key": LOOPBACK_TAINT, "operator": "Equal", "value": node, "effect": "NoSchedule"},
+    ]
+    return deployment
+
+
+def with_readiness_gate(deployment: dict[str, Any], condition: str) -> dict[str, Any]:
+    """``deployment`` whose pods are Ready only once ``condition`` is True as well."""
+    spec = deployment["spec"]["template"]["spec"]
+    spec["readinessGates"] = [*spec.get("readinessGates", []), {"conditionType": condition}]
+    return deployment

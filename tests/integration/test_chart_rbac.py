@@ -22,7 +22,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from cluster.launcher import LocalCluster
-from cluster.objects import gpu_deployment
+from cluster.objects import gpu_deployment, with_readiness_gate
 from integration.chart_rbac import (
     CHART,
     Call,
@@ -38,7 +38,7 @@ from integration.operator_fixtures import (  # noqa: F401 (fixtures)
     running_operator,
     wait_for,
 )
-from prescaler.api import GROUP, PLURAL, VERSION
+from prescaler.api import GROUP, PLURAL, PREWARM_CONDITION, VERSION
 
 MODEL = {"tokensPerSecond": 3750, "promptTokens": 600, "outputTokens": 150}
 PRIORITY_CLASS = "prescaler-placeholder"
@@ -315,9 +315,35 @@ def _walk_every_path(k: Kube) -> None:
         60,
         "the hot standby promoted and retired",
     )
+    # Prewarm: kopf's pod watch sees a gated pod; its prompts' ConfigMap lacks the key, so
+    # it is released (pods/status) after the ConfigMap is read, without reaching an engine.
+    k.core.create_namespaced_config_map(
+        ns, {"metadata": {"name": "prompts"}, "data": {"other": "[]"}}
+    )
+    k.create_deployment(
+        with_readiness_gate(gpu_deployment("warm", 1, ready_delay="1s"), PREWARM_CONDITION)
+    )
+    k.create_pool(
+        "warm",
+        {
+            **base,
+            "target": {"name": "warm"},
+            "coldStart": fixed,
+            "prewarm": {"configMapRef": {"name": "prompts"}},
+        },
+    )
+    wait_for(lambda: _released(k, "warm"), 120, "the gated pod released")
     # kopf takes its finalizer off a deleted pool.
     k.delete_pool("db")
     wait_for(lambda: _gone(k.pool, "db"), 60, "the pool db to go")
+
+
+def _released(k: Kube, app: str) -> bool:
+    for pod in k.core.list_namespaced_pod(k.ns, label_selector=f"app={app}").items:
+        for cond in pod.status.conditions or []:
+            if cond.type == PREWARM_CONDITION and cond.status == "True":
+                return True
+    return False
 
 
 def _mine(calls: list[Call], namespace: str) -> list[Call]:

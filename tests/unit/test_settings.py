@@ -74,3 +74,13 @@ def test_bad_settings_are_a_cli_error_not_a_traceback(monkeypatch: pytest.Monkey
     monkeypatch.setenv("PRESCALER_LEADER_RETRY_PERIOD_SECONDS", "9")
     with pytest.raises(CliError, match="renew deadline"):
         run_cli.settings_from_args(_args("--leader-election"))
+
+
+def test_prewarm_settings_come_from_the_environment_and_are_checked() -> None:
+    settings = from_env(
+        {"PRESCALER_PREWARM_ENABLED": "false", "PRESCALER_PREWARM_CONCURRENCY": "4"}
+    )
+    assert (settings.prewarm.enabled, settings.prewarm.concurrency) == (False, 4)
+    assert from_env({}).prewarm.enabled
+    with pytest.raises(ValueError, match="prewarm concurrency"):
+        from_env({"PRESCALER_PREWARM_CONCURRENCY": "0"})

@@ -14,6 +14,9 @@ KIND = "InferencePool"
 PLURAL = "inferencepools"
 SINGULAR = "inferencepool"
 SHORT_NAMES = ("ppool",)
+PREWARM_CONDITION = f"{GROUP}/prewarmed"
+"""The pod condition (and readiness gate) of a warmed replica: a pod template that lists it
+in ``readinessGates`` keeps its pods out of the Service until the operator sets it."""
 
 
 def cel(rule: str, message: str, field_path: str | None = None) -> dict[str, str]:

@@ -171,7 +171,8 @@ class ColdStartSpec(WireModel):
 
     mode: Literal["auto", "fixed"] = "auto"
     """``auto`` measures pods of the target (created -> Ready, rolling p90) and uses that;
-    ``fixed`` always uses ``seconds``."""
+    ``fixed`` always uses ``seconds``. A pod gated on its warm-up (``prewarm``) is Ready
+    only after it, so the measured start includes the warm-up."""
     seconds: int = Field(default=300, ge=0, le=7200)
     """The cold start in ``fixed`` mode, and the assumption in ``auto`` mode until the
     first start has been observed."""
@@ -521,6 +522,65 @@ class ScaleUpSpec(WireModel):
     """Replicas added per decision at most; unbounded when unset."""
 
 
+Prompt = Annotated[str, Field(min_length=1, max_length=32_768)]
+ENGINE_PATH_PATTERN = r"^/[^\s?#]*$"
+
+
+class ConfigMapKeyRef(WireModel):
+    """One key of a ConfigMap in the pool's namespace."""
+
+    name: Name
+    """ConfigMap name."""
+    key: str = Field(default="prompts", min_length=1, max_length=253, pattern=r"^[-._a-zA-Z0-9]+$")
+    """The key that holds the prompts: a YAML (or JSON) list of strings, such as
+    ``["You are a helpful assistant.", "..."]``; a YAML block list (``- |``) keeps prompts
+    of several lines as they are."""
+
+
+class PrewarmSpec(WireModel):
+    """Warm-up requests a new replica answers before it takes traffic: they fill its prefix
+    cache with the pool's system prompts and run its first kernels (``docs/prewarm.md``).
+
+    A pod whose template lists the readiness gate ``prescaler.io/prewarmed`` stays out of
+    its Services until the operator has sent the requests and set that pod condition;
+    warm-up that fails or times out still sets it, with the reason, so capacity is never
+    held back. The measured cold start then includes the warm-up."""
+
+    prompts: Annotated[list[Prompt], Field(min_length=1, max_length=64)] | None = None
+    """The warm-up prompts, sent in this order (the most valuable first). Give these or
+    ``configMapRef``."""
+    config_map_ref: ConfigMapKeyRef | None = None
+    """A ConfigMap key holding the prompts, read when pods are warmed (for prompts too long
+    or too many for the pool object, or shared by several pools)."""
+    max_requests: int = Field(default=8, ge=1, le=256)
+    """Request budget: completions sent to one pod at most. Each prompt is sent once, in
+    order, until the budget is spent; the model lookup (``GET modelsPath``) and the polls
+    that wait for the engine to answer are not counted."""
+    timeout_seconds: int = Field(default=120, ge=1, le=3600)
+    """How long one pod's warm-up may take, from its containers turning ready: waiting for
+    the engine to answer, the model lookup and the requests. Then the pod is released
+    (reason ``PrewarmTimedOut``)."""
+    port: int = Field(default=8000, ge=1, le=65535)
+    """The engine's HTTP port on the pod IP (vLLM's default 8000; SGLang 30000, TGI 80)."""
+    path: str = Field(default="/v1/completions", max_length=1024, pattern=ENGINE_PATH_PATTERN)
+    """The OpenAI-compatible completions endpoint; each request has ``max_tokens: 1``."""
+    models_path: str = Field(default="/v1/models", max_length=1024, pattern=ENGINE_PATH_PATTERN)
+    """The OpenAI-compatible model list: polled until the engine answers, and read for the
+    served model's name when ``model`` is unset (its first id)."""
+    model: str | None = Field(default=None, min_length=1, max_length=1024)
+    """The served model name sent in each request (vLLM's ``--served-model-name``); unset,
+    the first id from ``GET modelsPath`` is used."""
+
+    model_config = ConfigDict(
+        json_schema_extra=validations(
+            cel(
+                "has(self.prompts) != has(self.configMapRef)",
+                "give exactly one of prompts and configMapRef",
+            ),
+        )
+    )
+
+
 class InferencePoolSpec(WireModel):
     """Desired behaviour of one inference fleet."""
 
@@ -556,6 +616,10 @@ class InferencePoolSpec(WireModel):
     """Known windows of demand, dated or recurring."""
     standby: StandbySpec = Field(default_factory=StandbySpec)
     """Warm standby objects."""
+    prewarm: PrewarmSpec | None = None
+    """Warm-up requests each new replica answers before it takes traffic (off when unset;
+    the pod template must list the readiness gate ``prescaler.io/prewarmed`` for the
+    replica to wait for them)."""
     scale_down: ScaleDownSpec = Field(default_factory=ScaleDownSpec)
     """Scale-down pacing."""
     scale_up: ScaleUpSpec = Field(default_factory=ScaleUpSpec)

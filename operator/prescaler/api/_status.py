@@ -17,6 +17,7 @@ ConditionType = Literal[
     "DryRun",
     "Invalid",
     "ExternalChange",
+    "Prewarm",
 ]
 CONDITION_TYPES: tuple[ConditionType, ...] = (
     "Ready",
@@ -27,6 +28,7 @@ CONDITION_TYPES: tuple[ConditionType, ...] = (
     "DryRun",
     "Invalid",
     "ExternalChange",
+    "Prewarm",
 )
 MAX_FORECAST_POINTS = 12
 
@@ -281,7 +283,9 @@ class InferencePoolStatus(WireModel):
         },
     )
     """Ready, MetricsAvailable, ForecastHealthy, CapacityAvailable, ScheduleActive, DryRun,
-    Invalid, ExternalChange."""
+    Invalid, ExternalChange, and Prewarm (pools with ``spec.prewarm``: ``True`` when the
+    target's pods wait for their warm-up, ``False`` when they cannot: no readiness gate in
+    the template, or no prompts)."""
     desired_replicas: int | None = None
     """Replicas the plan asks for."""
     current_replicas: int | None = None

@@ -15,6 +15,7 @@ from prescaler.controller.model import PoolObject, TargetClaim, target_claim, ta
 from prescaler.kube import KubeError
 
 if TYPE_CHECKING:
+    from prescaler.controller.prewarm import Prewarmer
     from prescaler.controller.reconcile import Reconciler
 
 
@@ -56,11 +57,13 @@ def register(
     interval: float,
     is_leader: Callable[[], bool] | None = None,
     namespaces: Sequence[str] = (),
+    prewarmer: Prewarmer | None = None,
 ) -> None:
     """Register the handlers of one operator run on ``registry``: ``reconciler`` serves
     every pool once per ``interval`` seconds, while ``is_leader()`` (if given) says this
     replica holds the leader Lease; otherwise the replica only watches. ``namespaces`` are
-    the watched names or kopf patterns (empty: cluster-wide)."""
+    the watched names or kopf patterns (empty: cluster-wide). ``prewarmer`` (if given)
+    sees every pod event in them: it decides which pods to warm, and acts if leader."""
 
     @kopf.on.login(registry=registry)
     def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
@@ -110,3 +113,9 @@ def register(
     def forget(type: str | None, **kwargs: Any) -> None:
         if type == "DELETED":
             reconciler.forget(_pool(kwargs))
+
+    if prewarmer is not None:
+        # A raw watch event: kopf writes nothing to the pods (no finalizer, no annotation).
+        @kopf.on.event("v1", "pods", registry=registry)
+        async def pods(type: str | None, body: kopf.Body, **_: Any) -> None:
+            prewarmer.observe(type, body)

@@ -21,6 +21,7 @@ from typing import Any
 from prescaler.api import (
     GROUP,
     PLURAL,
+    PREWARM_CONDITION,
     VERSION,
     InferencePoolSpec,
     InferencePoolStatus,
@@ -43,6 +44,7 @@ from prescaler.controller.model import (
     InvalidPool,
     PoolObject,
 )
+from prescaler.controller.prewarm import Prewarmer, with_prewarm_condition
 from prescaler.controller.status import (
     compose_status,
     forecast_error,
@@ -138,6 +140,8 @@ class Reconciler:
     prometheus_timeout_seconds: float = 10.0
     rate_window: str = "2m"
     clock: Callable[[], float] = time.time
+    prewarm: Prewarmer | None = None
+    """Warm-up of new pods (``spec.prewarm``); without it the spec field is ignored."""
     _sources: dict[str, tuple[str, PrometheusSource]] = field(default_factory=dict)
     _witnessed_from: float | None = None
     """This reconciler's first reconcile: idleness is only what it saw from then on."""
@@ -149,6 +153,8 @@ class Reconciler:
             cached[1].close()
         self.forecasts.forget(pool.uid)
         self.metrics.forget(pool.namespace, pool.name)
+        if self.prewarm is not None:
+            self.prewarm.forget_pool(pool.uid)
 
     async def write_status(self, pool: PoolObject, patch: dict[str, Any]) -> None:
         """Write a reconcile's status patch (retried on conflicts, throttling and server
@@ -178,6 +184,9 @@ class Reconciler:
                     "(the oldest pool keeps a target); point this pool elsewhere",
                 )
             capacity = self._capacity(spec, gathered.snapshot)
+            warmup = None
+            if self.prewarm is not None:
+                warmup = await self.prewarm.pool_condition(pool, spec, gathered.workload, previous)
             examined = external.examine(spec, pool.generation, previous, gathered, now)
             previous = examined.previous
             decision = decide(spec, capacity, gathered, windows, previous, now)
@@ -201,6 +210,8 @@ class Reconciler:
                 update={"degradation": degradation.degradation_status(assessment, published)}
             )
             status = external.record(status, spec, examined, change, decision, now, pool.generation)
+            if self.prewarm is not None:
+                status = with_prewarm_condition(status, warmup, now, pool.generation)
             if not spec.dry_run:
                 await self._capacity_event(pool, previous, status)
             self._observe(pool, spec, decision, gathered, capacity, previous)
@@ -587,7 +598,14 @@ class Reconciler:
             ROLE_HOT,
             "Deployment",
             prev.hot,
-            lambda: hot_standby_deployment(owner, template, replicas=standby.hot.replicas),
+            lambda: hot_standby_deployment(
+                owner,
+                template,
+                replicas=standby.hot.replicas,
+                readiness_gate=PREWARM_CONDITION
+                if spec.prewarm is not None and self.prewarm is not None
+                else None,
+            ),
         )
         if pre is None and holders is None and hot is None:
             return None

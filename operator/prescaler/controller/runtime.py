@@ -22,6 +22,7 @@ import kopf
 
 from prescaler.controller import handlers
 from prescaler.controller.forecast import ForecastHub
+from prescaler.controller.prewarm import Prewarmer
 from prescaler.controller.reconcile import Reconciler
 from prescaler.kube import KubeClient, LeaseElector, LeaseTimings, load_api_client
 from prescaler.metrics import Metrics
@@ -45,6 +46,7 @@ class Runtime:
     kube: KubeClient
     io_pool: ThreadPoolExecutor
     fit_pool: Executor | None
+    prewarmer: Prewarmer | None
 
     @classmethod
     def build(cls, settings: OperatorSettings, metrics: Metrics | None = None) -> Runtime:
@@ -74,6 +76,16 @@ class Runtime:
             first_fit_spread_seconds=rs.first_fit_spread_seconds,
             stale_seconds=rs.forecast_stale_seconds,
         )
+        ps = settings.prewarm
+        prewarmer = None
+        if ps.enabled:
+            prewarmer = Prewarmer(
+                kube,
+                metrics,
+                concurrency=ps.concurrency,
+                unclaimed_seconds=ps.unclaimed_seconds,
+                config_map_seconds=ps.config_map_seconds,
+            )
         reconciler = Reconciler(
             kube=kube,
             metrics=metrics,
@@ -81,8 +93,9 @@ class Runtime:
             io_executor=io_pool,
             prometheus_timeout_seconds=rs.prometheus_timeout_seconds,
             rate_window=rs.rate_window,
+            prewarm=prewarmer,
         )
-        return cls(settings, metrics, reconciler, kube, io_pool, fit_pool)
+        return cls(settings, metrics, reconciler, kube, io_pool, fit_pool, prewarmer)
 
     def close(self) -> None:
         self.reconciler.forecasts.close()
@@ -112,6 +125,11 @@ async def operate(
     election: asyncio.Task[None] | None = None
     if elector is not None:
         election = asyncio.create_task(elector.run(election_stop), name="leader election")
+    prewarmer = runtime.prewarmer
+    if prewarmer is not None:
+        if elector is not None:
+            prewarmer.is_leader = elector.is_leader
+        prewarmer.start()
     registry = kopf.OperatorRegistry()
     handlers.register(
         registry,
@@ -119,6 +137,7 @@ async def operate(
         settings.reconcile.interval_seconds,
         is_leader=elector.is_leader if elector is not None else None,
         namespaces=settings.watch.namespaces,
+        prewarmer=prewarmer,
     )
     try:
         await kopf.operator(
@@ -131,6 +150,9 @@ async def operate(
             ready_flag=ready_flag,
         )
     finally:
+        # Warm-ups end first (their connections close), while the API is still reachable.
+        if prewarmer is not None:
+            await prewarmer.close()
         if election is not None:
             election_stop.set()  # ends the loop, which releases the Lease
             with contextlib.suppress(Exception):
@@ -156,6 +178,8 @@ def leader_elector(settings: OperatorSettings, runtime: Runtime) -> LeaseElector
         metrics.leader.set(1 if leading else 0)
         if not leading:
             metrics.forget_pools()
+        if runtime.prewarmer is not None:
+            runtime.prewarmer.kick()  # warm (or stop warming) at once
 
     return LeaseElector.for_client(
         runtime.kube.api_client,

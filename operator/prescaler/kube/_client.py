@@ -48,6 +48,7 @@ TRANSIENT = frozenset({429, 500, 502, 503, 504})
 RETRY_AFTER_LIMIT = 30.0
 """The longest ``Retry-After`` obeyed; a longer one is cut to this."""
 MERGE_PATCH = "application/merge-patch+json"
+STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"
 DELETION_COST_ANNOTATION = "controller.kubernetes.io/pod-deletion-cost"
 """The ReplicaSet controller removes pods with the lowest cost first on a scale-down."""
 
@@ -144,6 +145,7 @@ class KubeApi(Protocol):
     async def patch_hpa_min(self, namespace: str, name: str, min_replicas: int) -> None: ...
     async def list_pod_starts(self, namespace: str, selector: str) -> list[PodStart]: ...
     async def patch_pod(self, namespace: str, name: str, patch: dict[str, Any]) -> None: ...
+    async def patch_pod_status(self, namespace: str, name: str, patch: dict[str, Any]) -> None: ...
     async def patch_status(
         self,
         group: str,
@@ -155,6 +157,7 @@ class KubeApi(Protocol):
     ) -> None: ...
     async def delete_pod(self, namespace: str, name: str) -> None: ...
     async def read_secret(self, namespace: str, name: str) -> dict[str, str]: ...
+    async def read_config_map(self, namespace: str, name: str) -> dict[str, str]: ...
     async def ensure(self, obj: dict[str, Any]) -> StandbyObservation: ...
     async def delete(self, namespace: str, kind: str, name: str) -> None: ...
     async def ensure_priority_class(self, obj: dict[str, Any]) -> None: ...
@@ -336,6 +339,19 @@ class KubeClient:
             conflicts=True,
         )
 
+    async def patch_pod_status(self, namespace: str, name: str, patch: dict[str, Any]) -> None:
+        """A strategic merge patch of one pod's status (its ``prescaler.io/prewarmed``
+        condition): conditions merge by type, so the kubelet's own are kept."""
+        await self._call(
+            self.core.patch_namespaced_pod_status,
+            name,
+            namespace,
+            patch,
+            _content_type=STRATEGIC_MERGE_PATCH,
+            field_manager=FIELD_MANAGER,
+            conflicts=True,
+        )
+
     async def patch_status(
         self,
         group: str,
@@ -369,6 +385,12 @@ class KubeClient:
         obj = await self._call(self.core.read_namespaced_secret, name, namespace)
         data = obj.get("data") or {}
         return {k: base64.b64decode(v).decode() for k, v in data.items()}
+
+    async def read_config_map(self, namespace: str, name: str) -> dict[str, str]:
+        """A ConfigMap's ``data`` (``spec.prewarm.configMapRef``; get by name only)."""
+        obj = await self._call(self.core.read_namespaced_config_map, name, namespace)
+        data = obj.get("data") or {}
+        return {str(k): str(v) for k, v in data.items()}
 
     # ---------------------------------------------------------------- standby
     def _crud(self, kind: str) -> tuple[Callable[..., Any], ...]:

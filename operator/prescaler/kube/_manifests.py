@@ -228,12 +228,26 @@ def placeholder_deployment(
 
 
 def hot_standby_deployment(
-    owner: ObjectRef, template: dict[str, Any], *, replicas: int
+    owner: ObjectRef,
+    template: dict[str, Any],
+    *,
+    replicas: int,
+    readiness_gate: str | None = None,
 ) -> dict[str, Any]:
-    """The target's pod template with its labels replaced, so no Service selects it."""
+    """The target's pod template with its labels replaced, so no Service selects it.
+
+    ``readiness_gate`` (the pool has ``spec.prewarm``): a condition type added to the pods'
+    ``readinessGates`` if the template lacks it, so a hot pod is Ready, and promotable,
+    only once warmed. The pods are ours: adding the gate rewrites no user object.
+    """
     labels = {POOL_LABEL: owner.name, ROLE_LABEL: ROLE_HOT}
     pod = copy.deepcopy(template)
     pod.setdefault("metadata", {})["labels"] = labels
+    if readiness_gate is not None:
+        spec = pod.setdefault("spec", {})
+        gates = list(spec.get("readinessGates") or [])
+        if not any(g.get("conditionType") == readiness_gate for g in gates):
+            spec["readinessGates"] = [*gates, {"conditionType": readiness_gate}]
     _harden_engine_pod(pod)
     return _with_hash(
         {
