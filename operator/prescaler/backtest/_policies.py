@@ -381,6 +381,11 @@ class PredictivePolicy:
     def interval_seconds(self) -> float:
         return self.interval
 
+    @property
+    def last_forecast(self) -> ForecastLike | None:
+        """The forecast the last decision planned on (``None`` before any history)."""
+        return self._forecast
+
     def decide(self, obs: Observation) -> int:
         history = obs.history
         if self.history_seconds is not None and len(history):
