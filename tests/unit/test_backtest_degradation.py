@@ -255,6 +255,31 @@ def test_a_forecaster_blind_to_the_ramp_gives_no_lead() -> None:
     assert hpa.lead.as_dict()["median_seconds"] == 0.0
 
 
+class _StaleForecaster(_TrendForecaster):
+    """The trend, but made two hours ago: no plan may use it."""
+
+    def forecast(self, history: pd.Series, now: float) -> _Forecast:
+        fc = super().forecast(history, now)
+        return _Forecast(fc.points, now - 7200.0)
+
+
+def test_only_a_forecast_the_plan_could_use_is_assessed_as_the_operator_does() -> None:
+    demand = _demand(_ramp())
+    config = _config()
+    result = run_backtest(
+        demand, [_hpa(config), _predictive(_StaleForecaster(), config)], config,
+        degradation=_setup(),
+    )
+    predictive = next(r for r in result.runs if r.name == "predictive")
+    assert predictive.signals is not None
+    assert predictive.signals.forecasts is not None
+    assert all(f is None for f in predictive.signals.forecasts)
+    hpa = result.degradation["reactive"]
+    assert (hpa.shortfall_levels == -1).all()  # never measured
+    assert hpa.lead is not None
+    assert hpa.lead.forecast_first == 0
+
+
 def test_lead_times_count_an_unbroken_warning_up_to_the_episode_within_the_window() -> None:
     #         0  1  2  3  4  5  6  7  8  9 10 11
     queue = [0, 0, 0, 1, 1, 0, 0, 0, 2, 0, 0, 1]

@@ -11,8 +11,9 @@ one step handed to the next, on what that fleet's metrics show:
 * ``kv_cache_usage`` and TTFT: not simulated (``None``), so those signals never fire: the
   fluid fleet has neither a KV cache nor per-request latencies;
 * ``forecast``: the forecast the predictive policy's forecaster made at that moment (the
-  same ``ForecastService`` output it planned on), for *every* fleet: an HPA-run fleet is
-  assessed as prescaler watching it, with the same forecasts and its own replicas;
+  same ``ForecastService`` output it planned on; as in the operator, only when its plan
+  could use it), for *every* fleet: an HPA-run fleet is assessed as prescaler watching it,
+  with the same forecasts and its own replicas;
 * ``arrivals``: the expected ready time of each of its starting replicas;
 * ``observed_requests_per_second``: the lagged demand.
 

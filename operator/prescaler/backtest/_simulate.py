@@ -31,7 +31,7 @@ Scores (per policy):
 Signals (``simulate(..., signals_every_seconds=S)``): every ``S`` seconds, after that step's
 decision, the run records what the fleet's metrics show (ready replicas, the queue and the
 demand as old as the policies see them, the expected ready time of each starting replica)
-and, for a policy with a forecaster, the forecast it planned on: the inputs of a
+and, for a policy with a forecaster, the forecast its plan could use: the inputs of a
 degradation assessment (see :mod:`._levels`).
 """
 
@@ -137,8 +137,8 @@ class FleetSignals:
     arrivals: tuple[tuple[float, ...], ...]
     """Expected ready times (unix s) of the replicas starting at each assessment."""
     forecasts: tuple[ForecastLike | None, ...] | None = None
-    """The forecast the policy planned on at each assessment; ``None`` for a policy without
-    a forecaster."""
+    """The forecast the policy's plan could use at each assessment (``None`` where it could
+    not); ``None`` for a policy without a forecaster."""
 
     def __len__(self) -> int:
         return len(self.times)
