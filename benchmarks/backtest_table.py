@@ -5,12 +5,16 @@ Run from the project root (the traces live in ``../shared/traces``)::
     .venv/bin/python benchmarks/backtest_table.py            # all runs, updates README.md
     .venv/bin/python benchmarks/backtest_table.py --jobs 1   # sequential (clean timings)
     .venv/bin/python benchmarks/backtest_table.py --only servegen -- --observed-headroom 1.5
+    .venv/bin/python benchmarks/backtest_table.py --sections degradation   # levels only
 
 ``--only`` replaces just those runs' rows in the README and keeps the others.
 
 It runs ``prescaler backtest`` once per (trace, cold start), keeps the JSON and timeline in
-``--out`` (default: a temporary directory), and rewrites only the part of
-``benchmarks/README.md`` between the ``backtest:begin``/``backtest:end`` markers.
+``--out`` (default: a temporary directory), and rewrites only the parts of
+``benchmarks/README.md`` between the ``backtest:begin``/``backtest:end`` markers (the
+scores) and the ``degradation:begin``/``degradation:end`` markers (the minutes at each
+degradation level and the forecast's lead over the queue, from the same runs);
+``--sections`` picks which.
 """
 
 from __future__ import annotations
@@ -31,6 +35,10 @@ ROOT = Path(__file__).resolve().parents[1]
 TRACES = Path("../shared/traces")
 README = ROOT / "benchmarks" / "README.md"
 BEGIN, END = "<!-- backtest:begin -->", "<!-- backtest:end -->"
+DEGRADATION_BEGIN, DEGRADATION_END = "<!-- degradation:begin -->", "<!-- degradation:end -->"
+SECTIONS = ("backtest", "degradation")
+DEGRADATION_POLICIES = ("predictive", "reactive")
+"""The fleets the degradation table shows (every policy's levels are in the JSON)."""
 COLD_STARTS = (240, 480)
 POLICIES = ("reactive", "predictive", "oracle", "persistence")
 """``persistence`` is a reference row: k x the demand seen now, released at once."""
@@ -122,6 +130,48 @@ def timings(results: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def _minutes(x: float) -> str:
+    return f"{x:.1f}"
+
+
+def _seconds(x: float | None) -> str:
+    return "n/a" if x is None else f"{x:.0f}"
+
+
+def degradation_table(results: list[dict[str, Any]]) -> str:
+    """Minutes at each degradation level per fleet, and the forecast's lead over the queue."""
+    lines = [
+        "| trace | cold start | fleet | normal min | warning min | critical min "
+        "| queue alone: warning / critical min | forecast shortfall ≥ warning min "
+        "| queue episodes | forecast first | median lead (s) | p90 lead (s) |",
+        "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in results:
+        first = True
+        for policy in DEGRADATION_POLICIES:
+            s = r["policies"].get(policy, {}).get("degradation")
+            if s is None:
+                continue
+            m, q, lead = s["minutes"], s["queue_only_minutes"], s["lead"] or {}
+            share = lead.get("forecast_first_share")
+            first_cell = (
+                "n/a" if share is None else f"{lead['forecast_first']} ({share:.0%})"
+            )
+            label = "reactive (HPA)" if policy == "reactive" else policy
+            lines.append(
+                f"| {r['_name'] if first else ''} | {r['cold_start_seconds']:.0f} s | {label} "
+                f"| {_minutes(m['normal'])} | {_minutes(m['warning'])} "
+                f"| {_minutes(m['critical'])} "
+                f"| {_minutes(q['warning'])} / {_minutes(q['critical'])} "
+                f"| {_minutes(s['forecast_shortfall_warning_minutes'])} "
+                f"| {lead.get('episodes', 'n/a')} | {first_cell} "
+                f"| {_seconds(lead.get('median_seconds'))} "
+                f"| {_seconds(lead.get('p90_seconds'))} |"
+            )
+            first = False
+    return "\n".join(lines)
+
+
 def _rows_by_run(table_text: str) -> tuple[list[str], dict[tuple[str, str], list[str]]]:
     """A Markdown table's header lines and its rows grouped by (trace, cold start).
 
@@ -172,12 +222,35 @@ def write_readme(section: str) -> None:
     replace_section(BEGIN, END, section, "Backtest", README)
 
 
+def merge_degradation(tbl: str) -> str:
+    """The README's degradation table with only these runs' rows replaced."""
+    text = README.read_text() if README.exists() else ""
+    if DEGRADATION_BEGIN not in text or DEGRADATION_END not in text:
+        return tbl
+    old = text.split(DEGRADATION_BEGIN, 1)[1].split(DEGRADATION_END, 1)[0].strip("\n")
+    return merge_tables(old, tbl) if old.startswith("|") else tbl
+
+
+def write_degradation(tbl: str) -> None:
+    replace_section(DEGRADATION_BEGIN, DEGRADATION_END, tbl, "Degradation levels", README)
+
+
+def _sections(text: str) -> list[str]:
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    unknown = set(names) - set(SECTIONS)
+    if unknown or not names:
+        raise argparse.ArgumentTypeError(f"expected some of {', '.join(SECTIONS)}")
+    return names
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, help="keep JSON/CSV/PNG here")
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--only", help="substring of the trace names to run")
     parser.add_argument("--no-readme", action="store_true")
+    parser.add_argument("--sections", type=_sections, default=list(SECTIONS),
+                        help="README sections to rewrite: backtest, degradation (default both)")
     parser.add_argument("extra", nargs="*", help="extra backtest flags (after --)")
     args = parser.parse_args()
     out = args.out or Path(tempfile.mkdtemp(prefix="prescaler-bench-"))
@@ -186,11 +259,13 @@ def main() -> int:
             if args.only is None or args.only in n]
     with ThreadPoolExecutor(max_workers=args.jobs) as pool:
         results = list(pool.map(lambda j: _one(*j, out, args.extra), jobs))
-    tbl, tim = table(results), timings(results)
+    tbl, tim, deg = table(results), timings(results), degradation_table(results)
     print(tbl)
     print()
     print(tim)
-    if not args.no_readme:
+    print()
+    print(deg)
+    if not args.no_readme and "backtest" in args.sections:
         # A subset (--only) replaces its own rows and keeps the other runs' rows.
         merged = merge_section(tbl, tim) if args.only is not None else None
         if merged is not None:
@@ -198,6 +273,8 @@ def main() -> int:
         else:
             how = "one run at a time" if args.jobs == 1 else f"{args.jobs} runs in parallel"
             write_readme(f"{tbl}\n\nRun times ({how}, on 2 shared cores):\n\n{tim}")
+    if not args.no_readme and "degradation" in args.sections:
+        write_degradation(merge_degradation(deg) if args.only is not None else deg)
     print(f"outputs in {out}", file=sys.stderr)
     return 0
 

@@ -16,6 +16,7 @@ from prescaler.api import (
     ForecastSpec,
     InferencePoolSpec,
     capacity_model,
+    degradation_policy,
     forecast_service,
     scaling_policy,
 )
@@ -97,3 +98,15 @@ def test_no_policy_flag_carries_a_default_of_its_own() -> None:
 def test_a_flag_overrides_exactly_its_field(flags: list[str], expected: dict[str, float]) -> None:
     spec = cli_backtest.pool_spec(_args(*flags), CONFIG)
     assert scaling_policy(spec) == replace(scaling_policy(_operator_pool()), **expected)
+
+
+def test_backtest_assesses_degradation_at_the_specs_thresholds() -> None:
+    args = _args()
+    prep = cli_backtest.Prepared(
+        trace=None, demand=None, capacity=capacity_model(_operator_pool()), config=CONFIG,
+        windows=[], spans=[], standby_max=0,
+    )
+    setup = cli_backtest.degradation_setup(args, prep)
+    assert setup.policy == degradation_policy(_operator_pool())
+    # Assessed at every decision of the predictive policy: the operator's reconcile period.
+    assert setup.every_seconds == ReconcileSettings().interval_seconds

@@ -8,11 +8,20 @@ Module map:
 * ``_policies`` - reactive (HPA v2), predictive (the operator's planner), oracle, schedule-only,
   persistence and smoothed-oracle (references)
 * ``_simulate`` - the replay loop, the fluid queue, the scores and the timeline
+* ``_levels``   - each fleet's degradation levels (the operator's assessment) and how early
+  the forecast warned before the queue
 * ``_report``   - several policies at once, JSON, CSV and plots
 """
 
 from prescaler.backtest._demand import Demand, demand_from_trace
 from prescaler.backtest._fleet import Fleet, cold_start_steps, replicas_needed, short_of
+from prescaler.backtest._levels import (
+    DegradationRun,
+    DegradationSetup,
+    LeadStats,
+    assess_fleet,
+    lead_times,
+)
 from prescaler.backtest._policies import (
     Forecaster,
     Observation,
@@ -37,6 +46,7 @@ from prescaler.backtest._report import (
 )
 from prescaler.backtest._simulate import (
     FleetConfig,
+    FleetSignals,
     PolicyRun,
     Score,
     fluid_queue,
@@ -48,10 +58,14 @@ from prescaler.backtest._simulate import (
 
 __all__ = [
     "BacktestResult",
+    "DegradationRun",
+    "DegradationSetup",
     "Demand",
     "Fleet",
     "FleetConfig",
+    "FleetSignals",
     "Forecaster",
+    "LeadStats",
     "Observation",
     "OraclePolicy",
     "PersistencePolicy",
@@ -62,9 +76,11 @@ __all__ = [
     "ScheduleOnlyPolicy",
     "Score",
     "SmoothedOraclePolicy",
+    "assess_fleet",
     "cold_start_steps",
     "demand_from_trace",
     "fluid_queue",
+    "lead_times",
     "oracle_replicas",
     "plot_paths",
     "replicas_needed",

@@ -112,6 +112,12 @@ class Fleet:
         return self._ready + len(self._starting)
 
     @property
+    def starting_ready_steps(self) -> tuple[int, ...]:
+        """The step at which each starting replica will be ready (its start plus the cold
+        start, or the warm start on a standby slot), earliest first."""
+        return tuple(self._starting)
+
+    @property
     def standby(self) -> int:
         """Standby slots held (pending or warm): each holds a GPU node."""
         return self._standby_warm + len(self._standby_pending)

@@ -376,10 +376,17 @@ class PredictivePolicy:
     _state: FleetState | None = field(default=None, repr=False)
     _forecast: ForecastLike | None = field(default=None, repr=False)
     _forecast_at: int = field(default=-1, repr=False)
+    _forecast_usable: bool = field(default=False, repr=False)
 
     @property
     def interval_seconds(self) -> float:
         return self.interval
+
+    @property
+    def last_forecast(self) -> ForecastLike | None:
+        """The forecast the last decision's plan could use (fresh and sound), else ``None``:
+        what the operator assesses the degradation level with."""
+        return self._forecast if self._forecast_usable else None
 
     def decide(self, obs: Observation) -> int:
         history = obs.history
@@ -424,6 +431,7 @@ class PredictivePolicy:
             )
         )
         self._state = next_fleet_state(state, decision)
+        self._forecast_usable = decision.forecast_usable
         self.standby = decision.standby_replicas
         if self.on_plan is not None:
             self.on_plan(decision)

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +13,12 @@ import numpy as np
 import pandas as pd
 
 from prescaler.backtest._demand import MINUTE, Demand
+from prescaler.backtest._levels import (
+    NOT_SIMULATED,
+    DegradationRun,
+    DegradationSetup,
+    assess_fleet,
+)
 from prescaler.backtest._policies import Policy
 from prescaler.backtest._simulate import (
     FleetConfig,
@@ -31,6 +38,13 @@ class BacktestResult:
     config: FleetConfig
     runs: tuple[PolicyRun, ...]
     scores: dict[str, Score]
+    degradation: dict[str, DegradationRun] = field(default_factory=dict)
+    """Each fleet's degradation levels (empty unless the run assessed them)."""
+    degradation_setup: DegradationSetup | None = None
+    forecasts_from: str | None = None
+    """The policy whose forecasts every fleet was assessed with (``None``: no forecast)."""
+    degradation_seconds: float = 0.0
+    """Wall time of the assessments."""
 
     def timeline(self) -> pd.DataFrame:
         return timeline(self.demand, list(self.runs), self.config)
@@ -82,13 +96,28 @@ class BacktestResult:
             "mean_prompt_tokens": d.prompt_tokens,
             "mean_output_tokens": d.output_tokens,
             "peak_demand_tokens_per_s": float(np.max(d.replay_tokens_per_s)),
-            "policies": {name: sc.as_dict() for name, sc in self.scores.items()},
+            "policies": {name: self._policy_json(name, sc) for name, sc in self.scores.items()},
             "ratios": self.ratios(),
             "runtime_seconds": {r.name: round(r.seconds, 3) for r in self.runs},
         }
+        setup = self.degradation_setup
+        if setup is not None:
+            body["degradation"] = {
+                "assess_every_seconds": setup.every_seconds,
+                "forecasts_from": self.forecasts_from,
+                "lead_window_seconds": setup.lead_window_seconds,
+                "not_simulated": list(NOT_SIMULATED),
+                "seconds": round(self.degradation_seconds, 3),
+            }
         if extra:
             body.update(extra)
         return body
+
+    def _policy_json(self, name: str, sc: Score) -> dict[str, Any]:
+        out: dict[str, Any] = dict(sc.as_dict())
+        if name in self.degradation:
+            out["degradation"] = self.degradation[name].as_dict()
+        return out
 
 
 def run_backtest(
@@ -97,10 +126,41 @@ def run_backtest(
     config: FleetConfig,
     *,
     progress: Progress | None = None,
+    degradation: DegradationSetup | None = None,
 ) -> BacktestResult:
-    runs = tuple(simulate(demand, p, config, progress=progress) for p in policies)
+    """Replay ``demand`` under each policy and score it; with ``degradation``, also assess
+    every fleet's degradation level (see :mod:`._levels`) on the forecasts of the first
+    policy that has a forecaster (the predictive one)."""
+    every = degradation.every_seconds if degradation is not None else None
+    runs = tuple(
+        simulate(demand, p, config, progress=progress, signals_every_seconds=every)
+        for p in policies
+    )
     scores = {r.name: score(r, demand, config) for r in runs}
-    return BacktestResult(demand=demand, config=config, runs=runs, scores=scores)
+    levels: dict[str, DegradationRun] = {}
+    source: str | None = None
+    t0 = time.perf_counter()
+    if degradation is not None:
+        recorded = [(r.name, r.signals) for r in runs if r.signals is not None]
+        forecasting = [(n, sig) for n, sig in recorded if sig.forecasts is not None]
+        forecasts = forecasting[0][1].forecasts if forecasting else None
+        source = forecasting[0][0] if forecasting else None
+        for name, sig in recorded:
+            if forecasting and not np.array_equal(sig.times, forecasting[0][1].times):
+                raise ValueError(f"{name}: assessed at other times than {source}")
+            levels[name] = assess_fleet(
+                name, sig, forecasts, degradation, config.cold_start_seconds
+            )
+    return BacktestResult(
+        demand=demand,
+        config=config,
+        runs=runs,
+        scores=scores,
+        degradation=levels,
+        degradation_setup=degradation,
+        forecasts_from=source,
+        degradation_seconds=time.perf_counter() - t0,
+    )
 
 
 def write_timeline(result: BacktestResult, path: str | Path) -> None:

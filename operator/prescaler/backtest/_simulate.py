@@ -27,6 +27,12 @@ Scores (per policy):
 * ``standby_gpu_hours`` - that standby part alone (already in ``gpu_hours``).
 * ``warm_starts`` - replicas that started on a warm standby slot.
 * ``scale_events`` - changes of the replica count.
+
+Signals (``simulate(..., signals_every_seconds=S)``): every ``S`` seconds, after that step's
+decision, the run records what the fleet's metrics show (ready replicas, the queue and the
+demand as old as the policies see them, the expected ready time of each starting replica)
+and, for a policy with a forecaster, the forecast its plan could use: the inputs of a
+degradation assessment (see :mod:`._levels`).
 """
 
 from __future__ import annotations
@@ -42,6 +48,7 @@ import pandas as pd
 from prescaler.backtest._demand import MINUTE, Demand
 from prescaler.backtest._fleet import Fleet, cold_start_steps, short_of
 from prescaler.backtest._policies import Observation, Policy
+from prescaler.planning import ForecastLike
 
 FloatArray = np.ndarray
 Progress = Callable[[str, float], None]
@@ -112,6 +119,32 @@ class FleetConfig:
 
 
 @dataclass(frozen=True)
+class FleetSignals:
+    """What one fleet's metrics showed at each assessment step (every ``every_seconds`` from
+    the replay's first step, after that step's decision)."""
+
+    every_seconds: float
+    times: np.ndarray
+    """Unix seconds of each assessment."""
+    durations: np.ndarray
+    """Seconds each assessment stands for, until the next one (the last may be shorter)."""
+    ready: np.ndarray
+    """Ready replicas."""
+    queue_tokens: np.ndarray
+    """The fleet's queue as the metrics show it (``metric_lag`` old), in tokens."""
+    metric_tokens_per_s: np.ndarray
+    """Demand as the metrics show it (``metric_lag`` old)."""
+    arrivals: tuple[tuple[float, ...], ...]
+    """Expected ready times (unix s) of the replicas starting at each assessment."""
+    forecasts: tuple[ForecastLike | None, ...] | None = None
+    """The forecast the policy's plan could use at each assessment (``None`` where it could
+    not); ``None`` for a policy without a forecaster."""
+
+    def __len__(self) -> int:
+        return len(self.times)
+
+
+@dataclass(frozen=True)
 class PolicyRun:
     """One policy's replay: per-step fleet and per-minute summaries plus scores."""
 
@@ -125,6 +158,8 @@ class PolicyRun:
     """Standby slots held per step; ``None`` for a policy without standby."""
     warm_starts: int = 0
     """Replicas that started on a warm standby slot."""
+    signals: FleetSignals | None = None
+    """The fleet's metrics at each assessment step; ``None`` unless asked for."""
 
     def ready_per_minute(self, steps_per_minute: int) -> np.ndarray:
         """The smallest ready count within each minute."""
@@ -148,11 +183,13 @@ def simulate(
     *,
     progress: Progress | None = None,
     until_minute: int | None = None,
+    signals_every_seconds: float | None = None,
 ) -> PolicyRun:
     """Replay ``demand`` (from its ``replay_from`` minute) under ``policy``.
 
     ``until_minute`` (absolute) stops early, for tests. Step indices handed to the policy
     are absolute (minute ``m`` starts at step ``m * steps_per_minute``).
+    ``signals_every_seconds`` (a multiple of the step) records :class:`FleetSignals`.
     """
     t0 = time.perf_counter()
     spm = config.steps_per_minute
@@ -166,6 +203,15 @@ def simulate(
             f"{policy.name}: decision interval {policy.interval_seconds}s is not a multiple "
             f"of the {dt}s simulation step"
         )
+    sig_every = 0
+    if signals_every_seconds is not None:
+        sig_every = round(signals_every_seconds / dt)
+        if sig_every < 1 or abs(sig_every * dt - signals_every_seconds) > 1e-6:
+            raise ValueError(
+                f"signals every {signals_every_seconds}s is not a multiple of the {dt}s "
+                "simulation step"
+            )
+    recorder = _SignalRecorder(sig_every, dt, policy) if sig_every else None
     tokens = np.repeat(np.asarray(demand.tokens_per_s[:minutes], dtype=float), spm)
     metric_lag = round(config.metric_lag_seconds / dt)
     history = demand.observed_series()
@@ -212,6 +258,15 @@ def simulate(
                 # After the scale: new replicas take the warm slots held so far, then the
                 # plan's standby size is restored (replacements pending a cold start).
                 fleet.set_standby(max(0, int(getattr(policy, "standby", 0))), i)
+        if recorder is not None and k % sig_every == 0:
+            seen = k - 1 - metric_lag
+            recorder.record(
+                now=demand.start + i * dt,
+                fleet=fleet,
+                start=demand.start,
+                queue_tokens=float(queue_after[seen]) if seen >= 0 else 0.0,
+                metric_tokens_per_s=float(tokens[max(0, i - metric_lag)]),
+            )
         ready[k] = fleet.ready
         existing[k] = fleet.existing
         queue = max(0.0, queue + (tokens[i] - fleet.ready * config.replica_tokens_per_second) * dt)
@@ -230,7 +285,58 @@ def simulate(
         seconds=time.perf_counter() - t0,
         standby_per_step=standby,
         warm_starts=fleet.warm_starts,
+        signals=recorder.signals(steps) if recorder is not None else None,
     )
+
+
+class _SignalRecorder:
+    """Collects :class:`FleetSignals` during one replay."""
+
+    def __init__(self, every_steps: int, step_seconds: float, policy: Policy) -> None:
+        self.every = every_steps
+        self.dt = step_seconds
+        self.policy = policy
+        self.forecasting = hasattr(policy, "last_forecast")
+        self.times: list[float] = []
+        self.ready: list[int] = []
+        self.queue: list[float] = []
+        self.metric: list[float] = []
+        self.arrivals: list[tuple[float, ...]] = []
+        self.forecasts: list[ForecastLike | None] = []
+
+    def record(
+        self,
+        *,
+        now: float,
+        fleet: Fleet,
+        start: float,
+        queue_tokens: float,
+        metric_tokens_per_s: float,
+    ) -> None:
+        self.times.append(now)
+        self.ready.append(fleet.ready)
+        self.queue.append(queue_tokens)
+        self.metric.append(metric_tokens_per_s)
+        self.arrivals.append(tuple(start + s * self.dt for s in fleet.starting_ready_steps))
+        if self.forecasting:
+            self.forecasts.append(getattr(self.policy, "last_forecast", None))
+
+    def signals(self, steps: int) -> FleetSignals:
+        n = len(self.times)
+        # Each assessment stands until the next one; the last until the end of the replay.
+        durations = np.full(n, self.every * self.dt)
+        if n:
+            durations[-1] = (steps - (n - 1) * self.every) * self.dt
+        return FleetSignals(
+            every_seconds=self.every * self.dt,
+            times=np.asarray(self.times, dtype=float),
+            durations=durations,
+            ready=np.asarray(self.ready, dtype=np.int64),
+            queue_tokens=np.asarray(self.queue, dtype=float),
+            metric_tokens_per_s=np.asarray(self.metric, dtype=float),
+            arrivals=tuple(self.arrivals),
+            forecasts=tuple(self.forecasts) if self.forecasting else None,
+        )
 
 
 @dataclass(frozen=True)

@@ -36,6 +36,15 @@ its own, e.g. a known event's window and its pre-warm lead: the JSON's ``spans.N
 has each policy's shortfall minutes, unserved token fraction, GPU-hours and scale events in
 the span (the queue carries over from before it).
 
+Degradation levels: every fleet is also assessed as the operator would assess its pool
+(``prescaler.planning.assess`` at the spec's ``degradation`` thresholds, every
+``--decision-seconds``, 30 s by default: the reconcile period), on that fleet's ready
+replicas, its queue as the metrics show it and the predictive policy's forecasts (an HPA-run
+fleet is assessed as prescaler watching it). KV-cache usage and TTFT are not simulated. Each
+policy's JSON has ``degradation``: ``minutes`` at each level, ``queue_only_minutes`` (the
+queue signal alone) and ``lead`` (how early the forecast-shortfall signal warned before the
+queue-only level rose). The timeline's columns are unchanged.
+
 The reported numbers and the benchmark command are in ``benchmarks/README.md``.
 """
 
@@ -550,6 +559,23 @@ def build_policies(args: argparse.Namespace, prep: Prepared) -> list[Any]:
     return policies
 
 
+def degradation_setup(args: argparse.Namespace, prep: Prepared) -> Any:
+    """How the fleets' degradation levels are assessed: the spec's thresholds, the run's
+    capacity model, at every decision of the predictive policy (the reconcile period)."""
+    from prescaler.api import SpecError, degradation_policy
+    from prescaler.backtest import DegradationSetup
+
+    every = args.decision_seconds
+    step = prep.config.step_seconds
+    if abs(every / step - round(every / step)) > 1e-9:
+        raise CliError(f"--decision-seconds must be a multiple of the {step:g} s simulation step")
+    try:
+        policy = degradation_policy(pool_spec(args, prep.config))
+    except SpecError as exc:
+        raise CliError(str(exc)) from None
+    return DegradationSetup(policy=policy, capacity=prep.capacity, every_seconds=every)
+
+
 def run(args: argparse.Namespace) -> int:
     from prescaler.backtest import run_backtest, write_plots, write_timeline
 
@@ -559,7 +585,9 @@ def run(args: argparse.Namespace) -> int:
     spans, standby_max = prep.spans, prep.standby_max
     policies = build_policies(args, prep)
     progress = _Progress(not args.quiet)
-    result = run_backtest(demand, policies, config, progress=progress)
+    result = run_backtest(
+        demand, policies, config, progress=progress, degradation=degradation_setup(args, prep)
+    )
     elapsed = time.perf_counter() - started
 
     body = result.to_json(
