@@ -237,3 +237,18 @@ def test_the_context_cap_fits_the_expected_concurrency_into_the_kv_memory_ready(
     tiny = assess(inputs(2, waiting=100.0, capacity=capacity, forecast=flat(rps * 1000)))
     assert tiny.admission.max_context_tokens == POLICY.min_context_tokens
     assert assess(inputs(2, waiting=100.0, forecast=flat(9.0))).admission.max_context_tokens is None
+
+
+def test_with_coarse_steps_only_steps_beginning_within_the_cold_start_count() -> None:
+    # 30-minute steps, 300 s cold start: the step under way (covered) counts, the next one
+    # (begins in 20 minutes, 6 req/s) does not: capacity asked for later is ready for it.
+    step = 1800.0
+    now = NOW + 600.0  # 10 minutes into the current step
+    fc = Forecast((Point(NOW + step, 4.0, 4.0), Point(NOW + 2 * step, 6.0, 6.0)), NOW, step)
+    short = forecast_shortfall(now, CAPACITY, fc, 4, (), COLD)
+    assert short is not None
+    assert short.tokens_per_second == 0.0
+    # 1,500 s into the step the next one begins within the cold start: it counts.
+    later = forecast_shortfall(NOW + 1500.0, CAPACITY, fc, 4, (), COLD)
+    assert later is not None
+    assert later.tokens_per_second == pytest.approx(2000.0)

@@ -183,14 +183,17 @@ def forecast_shortfall(
     arrivals: Sequence[float],
     cold_start_seconds: float,
 ) -> Shortfall | None:
-    """Upper-band demand over ``(now, now + cold start]`` minus the capacity ready by each
-    step's start, in tokens/s, at the step where it is largest (``None``: no usable
-    forecast). A replica counts from its expected ready time."""
+    """Upper-band demand of the steps under way or beginning within the next cold start,
+    minus the capacity ready by each step's start, in tokens/s, at the step where it is
+    largest (``None``: no usable forecast). A replica counts from its expected ready
+    time."""
     if forecast is None:
         return None
     step = forecast.step_seconds
-    end = now + max(cold_start_seconds, step)
-    points = [p for p in forecast.points if p.t > now and p.t - step < end]
+    # The steps under way now or beginning within the cold start (with coarse steps, a
+    # step that begins later is demand new capacity can still meet).
+    end = now + cold_start_seconds
+    points = [p for p in forecast.points if p.t > now and p.t - step <= end]
     if not points or any(not (math.isfinite(p.upper) and p.upper >= 0) for p in points):
         return None
     per_request = capacity.tokens.tokens_per_request
@@ -316,9 +319,9 @@ def _context_cap(inputs: DegradationInputs, level: Level) -> int | None:
         demand = observed
     forecast = inputs.forecast
     if forecast is not None:
-        end = inputs.now + max(inputs.cold_start_seconds, forecast.step_seconds)
+        end = inputs.now + inputs.cold_start_seconds
         for p in forecast.points:
-            if inputs.now < p.t and p.t - forecast.step_seconds < end and math.isfinite(p.upper):
+            if inputs.now < p.t and p.t - forecast.step_seconds <= end and math.isfinite(p.upper):
                 demand = max(demand, p.upper)
     concurrency = demand * inputs.capacity.request_latency_seconds
     if concurrency <= 0:
