@@ -139,6 +139,9 @@ def test_queue_kv_and_ttft_raise_the_level_and_it_falls_back_after_the_hold(
     tmp_path: Path,
 ) -> None:
     k = Kube(kube, namespace)
+    k.create_deployment(gpu_deployment("llm", 2, ready_delay="1s"))
+    # A pool put on a serving fleet (a fleet with nothing Ready yet is critical: rightly).
+    wait_for(lambda: (k.deployment("llm").status.ready_replicas or 0) == 2, 120, "2 Ready")
     now = time.time()
     t0 = now + 90  # the operator is up and has planned by then, even on a busy machine
     # Each phase lasts 45 s; the next starts 60 s after it ended (the 20 s hold, the 30 s
@@ -157,7 +160,6 @@ def test_queue_kv_and_ttft_raise_the_level_and_it_falls_back_after_the_hold(
         slow=[bool(x) for x in _phase(times, [ttft], 1.0, 0.0)],
     )
     prometheus.backfill(samples)
-    k.create_deployment(gpu_deployment("llm", 2, ready_delay="1s"))
     with operator(cluster, namespace, tmp_path, monkeypatch):
         k.create_pool("chat", pool_spec(prometheus, namespace))
         with config_map_levels(k, "chat-degradation") as shown:
@@ -170,6 +172,7 @@ def test_queue_kv_and_ttft_raise_the_level_and_it_falls_back_after_the_hold(
             # Three rises and three falls, each a single Event.
             wait_for(lambda: len(level_events(k, "chat")) >= 6, ttft[1] - time.time() + 240,
                      "three rises and three falls")  # fmt: skip
+            wait_for(lambda: len(shown) >= 7, 60, "the ConfigMap back at normal")
             status = k.status("chat")
     messages = level_events(k, "chat")
     assert len(messages) == 6, messages
@@ -205,6 +208,8 @@ def test_a_forecast_shortfall_alone_raises_warning_before_the_demand_arrives(
     10 req/s: from one cold start before the rise the forecast is 1,125 tokens/s (13 %)
     short, with the queue empty."""
     k = Kube(kube, namespace)
+    k.create_deployment(gpu_deployment("llm", 1, ready_delay="1s"))
+    wait_for(lambda: (k.deployment("llm").status.ready_replicas or 0) == 1, 120, "1 Ready")
     day, step = 86_400, 60
     rise = math.ceil((time.time() + 360) / step) * step
     times = _times(rise - 2 * day - 1800, time.time() + 900)
@@ -219,7 +224,6 @@ def test_a_forecast_shortfall_alone_raises_warning_before_the_demand_arrives(
         slow=[False] * len(times),
     )
     prometheus.backfill(samples)
-    k.create_deployment(gpu_deployment("llm", 1, ready_delay="1s"))
     cold = 240
     spec = pool_spec(
         prometheus,

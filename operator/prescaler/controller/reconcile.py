@@ -495,24 +495,25 @@ class Reconciler:
         assessment: Assessment,
         previous: InferencePoolStatus,
     ) -> str | None:
-        """The level's Event when it changed, and the ConfigMap gateways read (created,
-        rewritten when its content changed, deleted when turned off); returns its name."""
+        """The ConfigMap gateways read (created, rewritten when its content changed, deleted
+        when turned off), then the level's Event when it changed; returns the ConfigMap's
+        name. The policy is published first: gateways act on it, people read the Event."""
         if spec.dry_run:
             return None
-        if assessment.changed:
-            type_, reason, message = degradation.change_event(previous, assessment)
-            await self.kube.post_event(pool.ref, type_, reason, message)
         name = object_name(pool.name, ROLE_DEGRADATION)
-        if not spec.degradation.config_map:
+        if spec.degradation.config_map:
+            body = degradation.degradation_status(assessment, name)
+            await self.kube.ensure(
+                degradation_config_map(pool.ref, degradation.config_map_data(pool.name, body))
+            )
+        else:
             was = previous.degradation.config_map if previous.degradation is not None else None
             if was is not None:
                 await self.kube.delete(pool.namespace, "ConfigMap", name)
-            return None
-        body = degradation.degradation_status(assessment, name)
-        await self.kube.ensure(
-            degradation_config_map(pool.ref, degradation.config_map_data(pool.name, body))
-        )
-        return name
+        if assessment.changed:
+            type_, reason, message = degradation.change_event(previous, assessment)
+            await self.kube.post_event(pool.ref, type_, reason, message)
+        return name if spec.degradation.config_map else None
 
     def _observe_degradation(self, pool: PoolObject, assessment: Assessment) -> None:
         labels = (pool.namespace, pool.name)
