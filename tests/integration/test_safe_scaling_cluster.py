@@ -303,7 +303,12 @@ def test_a_hot_standby_pod_is_promoted_into_the_service_and_the_standby_refills(
         "the promoted pod retired",
     )
     assert (k.deployment("llm").status.ready_replicas or 0) == 2
-    reasons = [e.reason for e in k.events("chat")]
+    # The operator posts the Event after the delete: wait for it, don't race it.
+    reasons = wait_for(
+        lambda: "HotStandbyRetired" in (r := [e.reason for e in k.events("chat")]) and r,
+        60,
+        "the HotStandbyRetired Event",
+    )
     assert reasons.index("HotStandbyPromoted") < reasons.index("HotStandbyRetired")
     assert k.deployment("llm").spec.replicas == 2
     wait_for(lambda: k.status("chat")["standby"]["hot"].get("promoted") == 0, 30, "promoted: 0")
