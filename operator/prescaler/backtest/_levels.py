@@ -28,7 +28,7 @@ been at ``warning`` or above without a break, up to the step before the episode:
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -190,18 +190,17 @@ def assess_fleet(
         arrivals = signals.arrivals[j]
         forecast = forecasts[j] if forecasts is not None else None
         previous = state
-        full = assess(
-            DegradationInputs(
-                now=now,
-                policy=setup.policy,
-                capacity=setup.capacity,
-                signals=measured,
-                cold_start_seconds=cold_start_seconds,
-                forecast=forecast,
-                arrivals=arrivals,
-                previous=state,
-            )
+        inputs = DegradationInputs(
+            now=now,
+            policy=setup.policy,
+            capacity=setup.capacity,
+            signals=measured,
+            cold_start_seconds=cold_start_seconds,
+            forecast=forecast,
+            arrivals=arrivals,
+            previous=state,
         )
+        full = assess(inputs)
         state = full.state
         levels[j] = LEVELS.index(full.level)
         signal = full.signal_levels.get("forecastShortfall")
@@ -210,17 +209,7 @@ def assess_fleet(
         if forecast is None and queue_state == previous:
             queue_only = full  # the same inputs: the same assessment
         else:
-            queue_only = assess(
-                DegradationInputs(
-                    now=now,
-                    policy=setup.policy,
-                    capacity=setup.capacity,
-                    signals=measured,
-                    cold_start_seconds=cold_start_seconds,
-                    arrivals=arrivals,
-                    previous=queue_state,
-                )
-            )
+            queue_only = assess(replace(inputs, forecast=None, previous=queue_state))
         queue_state = queue_only.state
         queue_levels[j] = LEVELS.index(queue_only.level)
     lead = None
