@@ -89,7 +89,9 @@ def test_identity_and_printer_columns() -> None:
     version = crd["spec"]["versions"][0]
     assert version["subresources"] == {"status": {}}
     columns = [c["name"] for c in version["additionalPrinterColumns"]]
-    assert columns == ["Desired", "Ready", "Forecast peak", "Next window", "Bottleneck", "Age"]
+    assert columns == [
+        "Desired", "Ready", "Forecast peak", "Next window", "Bottleneck", "Roles", "Age"
+    ]
 
 
 def test_validation_rules_reach_the_schema() -> None:

@@ -205,7 +205,7 @@ def test_custom_queries_follow_the_window_only_when_they_ask_for_it() -> None:
     verbatim = "sum(rate(my_requests[1m]))"
     fake = FakePrometheus()
     src = source(fake, overrides={"requests_per_second": verbatim})
-    assert src.queries.requests_per_second_template is None
+    assert src.queries.demand_template is None
     history = src.history(T - 600, T + 600, STEP)
     assert [c[0] for c in fake.calls] == [verbatim], "used as is, and never widened"
     assert history[pd.Timestamp(T, unit="s", tz="UTC")] == HIGH
@@ -214,11 +214,11 @@ def test_custom_queries_follow_the_window_only_when_they_ask_for_it() -> None:
 def test_profiles_keep_the_history_template_open_and_snapshots_on_the_rate_window() -> None:
     q = render_queries("sglang", selector='ns="a"', window="5m")
     assert q.requests_per_second == 'sum(rate(sglang:num_requests_total{ns="a"}[5m]))'
-    assert q.requests_per_second_template == (
+    assert q.demand_template == (
         'sum(rate(sglang:num_requests_total{ns="a"}[$window]))'
     )
     assert q.rate_window_seconds == 300
-    assert q.requests_per_second_at(60) == 'sum(rate(sglang:num_requests_total{ns="a"}[60s]))'
+    assert q.demand_at(60) == 'sum(rate(sglang:num_requests_total{ns="a"}[60s]))'
     assert [name for name, _ in q.items()] == [
         "requests_per_second",
         "prompt_tokens_per_second",

@@ -14,13 +14,22 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from prescaler.api._spec import ForecastSpec, InferencePoolSpec, ModelSpec, WindowSpec
+from prescaler.api._spec import (
+    ForecastSpec,
+    InferencePoolSpec,
+    ModelSpec,
+    TargetRef,
+    WindowSpec,
+)
 from prescaler.capacity import (
+    ROLES,
     CapacityModel,
     ModelArchitecture,
     ReplicaSpec,
+    Role,
     TokenProfile,
     get_preset,
+    role_capacity,
 )
 from prescaler.planning import DegradationPolicy, ScalingPolicy, ScheduledWindow
 from prescaler_forecast import EventWindow, ForecastService
@@ -89,9 +98,59 @@ def replica_spec(model: ModelSpec) -> ReplicaSpec | None:
         raise SpecError(f"spec.model: {exc}") from None
 
 
+def target_of(spec: InferencePoolSpec) -> TargetRef:
+    """The one target a unified pool (or a role's view, :func:`role_view`) scales."""
+    if spec.target is None:
+        raise SpecError("spec.target: give a target, or roles for a disaggregated pool")
+    return spec.target
+
+
+def _matchers(*selectors: str) -> str:
+    return ",".join(part for s in selectors if (part := s.strip().strip("{}").strip()))
+
+
+def role_view(spec: InferencePoolSpec, role: Role) -> InferencePoolSpec:
+    """One role of a disaggregated pool as the unified pool it is planned and scaled as:
+    the role's target, bounds (the pool's where the role gives none), throughput and GPUs,
+    and the pool's queries narrowed by the role's selector. Everything else (forecast
+    settings, the model, cold start, pacing, windows, degradation) is the pool's."""
+    if spec.roles is None:
+        raise SpecError("spec.roles: not a disaggregated pool")
+    r = spec.roles.prefill if role == "prefill" else spec.roles.decode
+    model = spec.model.model_copy(
+        update={
+            "tokens_per_second": r.tokens_per_second,
+            "gpus_per_replica": r.gpus_per_replica or spec.model.gpus_per_replica,
+        }
+    )
+    forecast = spec.forecast
+    if forecast is not None:
+        forecast = forecast.model_copy(
+            update={"selector": _matchers(forecast.selector, r.selector)}
+        )
+    return spec.model_copy(
+        update={
+            "target": r.target,
+            "roles": None,
+            "min_replicas": spec.min_replicas if r.min_replicas is None else r.min_replicas,
+            "max_replicas": spec.max_replicas if r.max_replicas is None else r.max_replicas,
+            "model": model,
+            "forecast": forecast,
+        }
+    )
+
+
+def fleets(spec: InferencePoolSpec) -> tuple[tuple[Role | None, InferencePoolSpec], ...]:
+    """What a pool scales, each as a unified spec: the pool itself, or each role's view."""
+    if spec.roles is None:
+        return ((None, spec),)
+    return tuple((role, role_view(spec, role)) for role in ROLES)
+
+
 def capacity_model(
     spec: InferencePoolSpec,
     *,
+    role: Role | None = None,
     prompt_tokens: float | None = None,
     output_tokens: float | None = None,
     context_tokens: float | None = None,
@@ -100,6 +159,8 @@ def capacity_model(
 
     A fixed ``spec.model.contextTokens`` wins over a measured context length. A measured
     context longer than the model's maximum is clamped to it (the engine cannot hold more).
+    With ``role`` (``spec`` is then the role's view), the role's model, counting its
+    tokens (:func:`prescaler.capacity.role_capacity`).
     """
     model = spec.model
     replica = replica_spec(model)
@@ -123,10 +184,22 @@ def capacity_model(
                 f"spec.model.contextTokens: {tokens.planning_context_tokens} exceeds the "
                 f"maximum context {replica.model.max_context_tokens} of {replica.model.name}"
             )
-        return CapacityModel(
-            tokens=tokens,
-            replica=replica,
+        if role is None:
+            return CapacityModel(
+                tokens=tokens,
+                replica=replica,
+                tokens_per_second=model.tokens_per_second,
+                headroom=headroom,
+            )
+        if model.tokens_per_second is None:
+            raise SpecError(f"spec.roles.{role}.tokensPerSecond is required")
+        if replica is not None:
+            replica.check_fits(tokens.planning_context_tokens)  # every role loads the model
+        return role_capacity(
+            role,
+            tokens,
             tokens_per_second=model.tokens_per_second,
+            replica=replica if role == "decode" else None,
             headroom=headroom,
         )
     except SpecError:
@@ -250,8 +323,40 @@ def scheduled_windows(spec: InferencePoolSpec) -> tuple[ScheduledWindow, ...]:
     return tuple(scheduled_window(w, i) for i, w in enumerate(spec.schedules))
 
 
+def _check_roles(spec: InferencePoolSpec) -> None:
+    """The schema's rules for a disaggregated pool, for specs that did not come through
+    the API server (its CEL rules say the same)."""
+    if (spec.target is None) == (spec.roles is None):
+        raise SpecError("spec: give exactly one of target and roles")
+    if spec.roles is None:
+        return
+    standby = spec.standby
+    unified_only = [
+        ("mode hpaFloor", spec.mode != "replicas"),
+        ("model.tokensPerSecond", spec.model.tokens_per_second is not None),
+        ("standby.hot", standby.hot.replicas > 0),
+        ("standby.placeholders", standby.placeholders.enabled),
+        ("standby.imagePrePull", standby.image_pre_pull.enabled),
+        ("prewarm", spec.prewarm is not None),
+        ("windows with minReplicas", any(w.min_replicas is not None for w in spec.schedules)),
+    ]
+    found = [name for name, present in unified_only if present]
+    if found:
+        raise SpecError(
+            f"spec.roles: {', '.join(found)} are for unified pools, not disaggregated ones"
+        )
+    if spec.roles.prefill.target == spec.roles.decode.target:
+        raise SpecError("spec.roles: prefill and decode need targets of their own")
+
+
 def check_spec(spec: InferencePoolSpec) -> None:
     """Raise :class:`SpecError` for anything the planner's domain objects would refuse."""
-    capacity_model(spec)
-    scaling_policy(spec)
+    _check_roles(spec)
+    for role, view in fleets(spec):
+        where = f"spec.roles.{role}: " if role is not None else ""
+        try:
+            capacity_model(view, role=role)
+            scaling_policy(view)
+        except SpecError as exc:
+            raise SpecError(f"{where}{exc}") from None
     scheduled_windows(spec)

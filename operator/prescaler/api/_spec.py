@@ -133,8 +133,10 @@ class ModelSpec(WireModel):
     """Memory of one GPU in GiB; required with ``preset`` or ``architecture``."""
     gpus_per_replica: int = Field(default=1, ge=1, le=64)
     """GPUs one replica uses (tensor parallelism); placeholders request the same."""
-    tokens_per_second: float = Field(gt=0, le=1e9)
-    """Measured prompt+output tokens/s one replica sustains (the compute limit)."""
+    tokens_per_second: float | None = Field(default=None, gt=0, le=1e9)
+    """Measured prompt+output tokens/s one replica sustains (the compute limit). Required
+    for a unified pool; a disaggregated pool gives each role's instead
+    (``roles.*.tokensPerSecond``)."""
     context_quantile: float = Field(default=0.95, ge=0.5, le=0.999)
     """Quantile of the context-length distribution the memory limit is planned on."""
     context_tokens: int | None = Field(default=None, ge=1, le=16_777_216)
@@ -581,11 +583,87 @@ class PrewarmSpec(WireModel):
     )
 
 
+class RoleSpec(WireModel):
+    """One role of a disaggregated pool: its workload, bounds and per-replica capacity."""
+
+    target: TargetRef
+    """The role's Deployment or StatefulSet (scaled through its scale subresource)."""
+    tokens_per_second: float = Field(gt=0, le=1e9)
+    """Measured throughput of one replica of this role: *prompt* tokens/s one prefill
+    replica processes, or *output* tokens/s one decode replica generates at the pool's
+    ``model.decodeTokensPerSecond`` per request (the role's compute or memory-bandwidth
+    limit)."""
+    min_replicas: int | None = Field(default=None, ge=0, le=100_000)
+    """Fewest replicas of this role; the pool's ``minReplicas`` when unset."""
+    max_replicas: int | None = Field(default=None, ge=1, le=100_000)
+    """Most replicas of this role; the pool's ``maxReplicas`` when unset."""
+    gpus_per_replica: int | None = Field(default=None, ge=1, le=64)
+    """GPUs one replica of this role uses; ``model.gpusPerReplica`` when unset. A decode
+    replica's KV-cache memory (its concurrency limit) follows from it."""
+    selector: str = Field(default="", max_length=1024)
+    """Label matchers that pick this role's series, added to ``forecast.selector`` in
+    every query of the role, e.g. ``role="prefill"`` (the engine's pods of one role
+    export the same metric names as the other's)."""
+
+    model_config = ConfigDict(
+        json_schema_extra=validations(
+            cel(
+                "self.target.kind != 'HorizontalPodAutoscaler'",
+                "a role's target is a Deployment or a StatefulSet",
+                ".target.kind",
+            ),
+            cel(
+                "!has(self.minReplicas) || !has(self.maxReplicas) "
+                "|| self.minReplicas <= self.maxReplicas",
+                "minReplicas must not exceed maxReplicas",
+            ),
+        )
+    )
+
+
+class RolesSpec(WireModel):
+    """A disaggregated deployment: prompts run on prefill replicas, outputs on decode
+    replicas, each role its own workload, sized on its own bottleneck and forecast
+    (``docs/disaggregated.md``)."""
+
+    prefill: RoleSpec
+    """The prefill role: compute-bound, sized on prompt tokens/s."""
+    decode: RoleSpec
+    """The decode role: bound by memory bandwidth (output tokens/s) and KV-cache memory
+    (concurrency), sized on output tokens/s."""
+
+    model_config = ConfigDict(
+        json_schema_extra=validations(
+            cel(
+                "self.prefill.target.name != self.decode.target.name "
+                "|| self.prefill.target.kind != self.decode.target.kind",
+                "prefill and decode need targets of their own",
+            ),
+        )
+    )
+
+
+_NO_ROLE_STANDBY = (
+    "!has(self.roles) || !has(self.standby) || ("
+    "(!has(self.standby.hot) || !has(self.standby.hot.replicas) "
+    "|| self.standby.hot.replicas == 0) && "
+    "(!has(self.standby.placeholders) || !has(self.standby.placeholders.enabled) "
+    "|| !self.standby.placeholders.enabled) && "
+    "(!has(self.standby.imagePrePull) || !has(self.standby.imagePrePull.enabled) "
+    "|| !self.standby.imagePrePull.enabled))"
+)
+
+
 class InferencePoolSpec(WireModel):
     """Desired behaviour of one inference fleet."""
 
-    target: TargetRef
-    """What to scale."""
+    target: TargetRef | None = None
+    """What to scale (a unified pool). Give this or ``roles``."""
+    roles: RolesSpec | None = None
+    """A disaggregated pool's prefill and decode roles, each with its own target, instead
+    of ``target``. Mode ``replicas`` only; warm standby, ``prewarm`` and windows with
+    ``minReplicas`` are for unified pools (a window gives ``expectedRequestsPerSecond``,
+    which each role sizes on its own bottleneck)."""
     mode: Mode = "replicas"
     """``replicas`` patches the target's scale subresource; ``hpaFloor`` raises and lowers
     an HPA's ``minReplicas`` and never touches the workload's replicas."""
@@ -643,9 +721,35 @@ class InferencePoolSpec(WireModel):
     model_config = ConfigDict(
         json_schema_extra=validations(
             cel("self.minReplicas <= self.maxReplicas", "minReplicas must not exceed maxReplicas"),
+            cel("has(self.target) != has(self.roles)", "give exactly one of target and roles"),
             cel(
-                "(self.mode == 'hpaFloor') == (self.target.kind == 'HorizontalPodAutoscaler')",
+                "!has(self.target) "
+                "|| (self.mode == 'hpaFloor') == (self.target.kind == 'HorizontalPodAutoscaler')",
                 "mode hpaFloor goes with a HorizontalPodAutoscaler target, and only with it",
+            ),
+            cel(
+                "!has(self.roles) || self.mode == 'replicas'",
+                "a disaggregated pool (roles) scales in mode replicas",
+            ),
+            cel(
+                "has(self.roles) != has(self.model.tokensPerSecond)",
+                "give model.tokensPerSecond for a unified pool (target), and tokensPerSecond "
+                "per role, not in model, for a disaggregated one (roles)",
+            ),
+            cel(
+                _NO_ROLE_STANDBY,
+                "warm standby (hot, placeholders, imagePrePull) is for unified pools; "
+                "a disaggregated pool (roles) has none",
+            ),
+            cel(
+                "!has(self.roles) || !has(self.prewarm)",
+                "prewarm is for unified pools; a disaggregated pool (roles) has none",
+            ),
+            cel(
+                "!has(self.roles) || !has(self.schedules) "
+                "|| self.schedules.all(w, !has(w.minReplicas))",
+                "a disaggregated pool's windows give expectedRequestsPerSecond (each role "
+                "sizes it on its own bottleneck), not minReplicas",
             ),
         )
     )

@@ -269,8 +269,8 @@ class DegradationStatus(WireModel):
     """The signals at this level when it was last confirmed (a vanished one holds it)."""
 
 
-class InferencePoolStatus(WireModel):
-    """Observed state of the pool."""
+class FleetStatus(WireModel):
+    """Observed state of one fleet: a unified pool, or one role of a disaggregated pool."""
 
     observed_generation: int | None = None
     """The spec generation last reconciled."""
@@ -318,3 +318,26 @@ class InferencePoolStatus(WireModel):
     """The degradation level and its admission policy."""
     external_change: ExternalChangeStatus | None = None
     """The latest external change and what was done about it (``spec.externalChanges``)."""
+
+
+class RolesStatus(WireModel):
+    """A disaggregated pool's roles, each planned, scaled and reported on its own: the
+    plan's forecast and demand count the role's tokens/s (prefill: prompt tokens, decode:
+    output tokens) where a unified pool counts requests/s."""
+
+    prefill: FleetStatus | None = None
+    """The prefill role."""
+    decode: FleetStatus | None = None
+    """The decode role."""
+
+
+class InferencePoolStatus(FleetStatus):
+    """Observed state of the pool. A disaggregated pool reports each role under ``roles``;
+    its top-level replica counts are the roles' sums, its conditions hold only when they
+    hold for every role, and its degradation level is the worst role's."""
+
+    roles: RolesStatus | None = None
+    """Per role (disaggregated pools only)."""
+    role_summary: str | None = Field(default=None, max_length=256)
+    """One line per pool for ``kubectl get``: each role's ready/desired replicas and its
+    bottleneck, e.g. ``prefill 3/3 compute, decode 2/4 memory``."""

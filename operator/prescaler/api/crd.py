@@ -42,6 +42,12 @@ PRINTER_COLUMNS: list[dict[str, Any]] = [
     },
     {"name": "Next window", "type": "string", "jsonPath": ".status.nextWindow.name"},
     {"name": "Bottleneck", "type": "string", "jsonPath": ".status.plan.constraint"},
+    {
+        "name": "Roles",
+        "type": "string",
+        "jsonPath": ".status.roleSummary",
+        "description": "Disaggregated pools: each role's ready/desired replicas and bottleneck",
+    },
     {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
 ]
 

@@ -8,27 +8,36 @@ from prescaler.capacity._architecture import (
 )
 from prescaler.capacity._model import (
     GIB,
+    REQUESTS,
     CapacityModel,
     Constraint,
+    DemandUnit,
     ModelDoesNotFit,
     ReplicaSpec,
     Requirement,
     TokenProfile,
 )
+from prescaler.capacity._roles import ROLES, Role, role_capacity, role_unit
 from prescaler.capacity._sizing import WindowSizing, size_window
 
 __all__ = [
     "DTYPE_BYTES",
     "GIB",
     "PRESETS",
+    "REQUESTS",
+    "ROLES",
     "CapacityModel",
     "Constraint",
+    "DemandUnit",
     "ModelArchitecture",
     "ModelDoesNotFit",
     "ReplicaSpec",
     "Requirement",
+    "Role",
     "TokenProfile",
     "WindowSizing",
     "get_preset",
+    "role_capacity",
+    "role_unit",
     "size_window",
 ]

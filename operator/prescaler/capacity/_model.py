@@ -193,6 +193,23 @@ class TokenProfile:
 
 
 @dataclass(frozen=True, slots=True)
+class DemandUnit:
+    """What a plan's demand counts: requests/s for a unified pool, a role's tokens/s."""
+
+    name: str
+    """How the unit is written in a plan's reasons, e.g. ``req/s``."""
+    per_request: float = 1.0
+    """Units one request brings: 1 for requests, the mean tokens of the role's kind."""
+
+    def __post_init__(self) -> None:
+        if not (math.isfinite(self.per_request) and self.per_request >= 0):
+            raise ValueError("units per request must be a finite number >= 0")
+
+
+REQUESTS = DemandUnit("req/s")
+
+
+@dataclass(frozen=True, slots=True)
 class Requirement:
     """Replicas a demand needs, and which limit decided it."""
 
@@ -218,6 +235,9 @@ class CapacityModel:
     """Replica throughput when no ``ReplicaSpec`` is given (or to override its value)."""
     headroom: float = 1.0
     """Multiplier on the requirement for uneven arrivals and long-tail contexts."""
+    unit: DemandUnit = REQUESTS
+    """What a demand counts: requests/s, or a disaggregated role's tokens/s (then one
+    "request" of the token profile is one token, see :func:`prescaler.capacity.role_capacity`)."""
 
     def __post_init__(self) -> None:
         if self.headroom < 1:

@@ -8,6 +8,9 @@ only with the level or its policy, so an unchanged policy is never rewritten.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import replace
+
 from prescaler.api import (
     AdmissionStatus,
     DegradationStatus,
@@ -15,7 +18,7 @@ from prescaler.api import (
     InferencePoolStatus,
     degradation_policy,
 )
-from prescaler.capacity import CapacityModel
+from prescaler.capacity import ROLES, CapacityModel, Role
 from prescaler.controller.model import Gathered
 from prescaler.controller.status import parse_rfc3339, rfc3339
 from prescaler.kube import ROLE_PROMOTED
@@ -110,7 +113,7 @@ def assess_pool(
         kv_cache_usage=snapshot.kv_cache_usage if snapshot else None,
         ttft_p95_seconds=snapshot.ttft_p95_seconds if snapshot else None,
         ttft_p99_seconds=snapshot.ttft_p99_seconds if snapshot else None,
-        observed_requests_per_second=snapshot.requests_per_second if snapshot else None,
+        observed_requests_per_second=snapshot.demand if snapshot else None,
     )
     result = gathered.forecast
     return assess(
@@ -202,3 +205,15 @@ def change_event(previous: InferencePoolStatus, assessment: Assessment) -> tuple
         "DegradationRaised" if rising else "DegradationLowered",
         f"degradation {old} -> {new}: {why}{tail}",
     )
+
+
+def combine(previous: InferencePoolStatus, roles: Mapping[Role, Assessment]) -> Assessment:
+    """A disaggregated pool's one level for its gateway: its worst role's assessment (its
+    admission policy, as that role is the bottleneck), with every role's reasons, each
+    prefixed with the role. Each role keeps its own hysteresis in its status; the pool's
+    level changes (an Event) when the worst role's does."""
+    ordered = [(r, roles[r]) for r in ROLES if r in roles]
+    _, worst = max(ordered, key=lambda ra: LEVELS.index(ra[1].level))
+    reasons = tuple(f"{r}: {line}" for r, a in ordered for line in a.reasons)
+    old = previous.degradation.level if previous.degradation is not None else "normal"
+    return replace(worst, reasons=reasons, changed=worst.level != old)

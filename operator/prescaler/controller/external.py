@@ -29,7 +29,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Literal
 
-from prescaler.api import ExternalChangeStatus, InferencePoolSpec, InferencePoolStatus
+from prescaler.api import ExternalChangeStatus, InferencePoolSpec, InferencePoolStatus, target_of
 from prescaler.controller.model import Gathered
 from prescaler.controller.status import ConditionUpdate, merge_conditions, parse_rfc3339, rfc3339
 from prescaler.kube import FIELD_MANAGER
@@ -153,10 +153,11 @@ def govern(
 
 def describe(change: ExternalChangeStatus, spec: InferencePoolSpec) -> str:
     """One line: who changed what, when, and what the operator does about it."""
+    target = target_of(spec)
     what = (
-        f"minReplicas of HPA {spec.target.name}"
+        f"minReplicas of HPA {target.name}"
         if spec.mode == "hpaFloor"
-        else f"replicas of {spec.target.kind} {spec.target.name}"
+        else f"replicas of {target.kind} {target.name}"
     )
     when = f" at {change.changed_at}" if change.changed_at else ""
     doing = {

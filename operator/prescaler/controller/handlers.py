@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 import kopf
 
 from prescaler.api import GROUP, PLURAL, VERSION
-from prescaler.controller.model import PoolObject, TargetClaim, target_claim, target_owner
+from prescaler.controller.model import PoolObject, TargetClaim, target_claims, target_owner
 from prescaler.kube import KubeError
 
 if TYPE_CHECKING:
@@ -79,8 +79,8 @@ def register(
     # The id names the kwarg the index arrives as (a nested function's default is its qualname).
     @kopf.index(GROUP, VERSION, PLURAL, registry=registry, id="pools_by_target")
     def pools_by_target(body: kopf.Body, **_: Any) -> dict[Any, TargetClaim]:
-        key, claim = target_claim(body)
-        return {key: claim}
+        keys, claim = target_claims(body)
+        return dict.fromkeys(keys, claim)
 
     @kopf.timer(
         GROUP,
@@ -97,8 +97,10 @@ def register(
         if is_leader is not None and not is_leader():
             return  # a standby replica: no reads, no writes
         claims: kopf.Index[Any, TargetClaim] = kwargs["pools_by_target"]
-        key, me = target_claim(body)
-        owner = target_owner(me, claims.get(key, []))
+        keys, me = target_claims(body)
+        owner = next(
+            (o for key in keys if (o := target_owner(me, claims.get(key, []))) is not None), None
+        )
         try:
             pool = _pool({"body": body, **kwargs}, superseded_by=owner)
             # Written here, not through kopf's patch: kopf ends a timer for good when the

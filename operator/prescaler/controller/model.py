@@ -70,10 +70,27 @@ class TargetClaim:
 TARGET_CONFLICT = "TargetConflict"
 
 
-def target_claim(pool: Mapping[str, Any]) -> tuple[tuple[str, str, str], TargetClaim]:
-    """The index key (namespace, target kind, target name) and the claim of a pool body."""
+def fleet_key(uid: str, role: str | None) -> str:
+    """The cache key of one fleet: a pool's uid, or ``<uid>/<role>`` for a role's."""
+    return uid if role is None else f"{uid}/{role}"
+
+
+def fleet_label(pool: str, role: str | None) -> str:
+    """The ``pool`` label of one fleet's metric series: the pool's name, or
+    ``<pool>/<role>`` for a disaggregated pool's role."""
+    return pool if role is None else f"{pool}/{role}"
+
+
+def target_claims(
+    pool: Mapping[str, Any],
+) -> tuple[tuple[tuple[str, str, str], ...], TargetClaim]:
+    """The index keys (namespace, target kind, target name) of every target a pool body
+    scales (its target, or each role's), and its claim on them."""
     meta, spec = pool.get("metadata") or {}, pool.get("spec") or {}
-    target = spec.get("target") or {}
+    roles = spec.get("roles")
+    targets = [spec.get("target") or {}]
+    if isinstance(roles, Mapping):
+        targets = [(r or {}).get("target") or {} for r in roles.values() if isinstance(r, Mapping)]
     conditions = (pool.get("status") or {}).get("conditions") or []
     blocked = any(
         c.get("type") == "Invalid"
@@ -81,12 +98,16 @@ def target_claim(pool: Mapping[str, Any]) -> tuple[tuple[str, str, str], TargetC
         and c.get("reason") != TARGET_CONFLICT
         for c in conditions
     )
-    key = (
-        str(meta.get("namespace")),
-        str(target.get("kind", "Deployment")),
-        str(target.get("name")),
+    keys = tuple(
+        (
+            str(meta.get("namespace")),
+            str(target.get("kind", "Deployment")),
+            str(target.get("name")),
+        )
+        for target in targets
     )
-    return key, TargetClaim(str(meta.get("creationTimestamp", "")), str(meta.get("name")), blocked)
+    claim = TargetClaim(str(meta.get("creationTimestamp", "")), str(meta.get("name")), blocked)
+    return keys, claim
 
 
 def target_owner(me: TargetClaim, claims: Iterable[TargetClaim]) -> str | None:

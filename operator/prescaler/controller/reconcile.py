@@ -30,11 +30,13 @@ from prescaler.api import (
     StandbyStatus,
     capacity_model,
     check_spec,
+    fleets,
     parse_spec,
     scaling_policy,
     scheduled_windows,
+    target_of,
 )
-from prescaler.capacity import CapacityModel
+from prescaler.capacity import ROLES, CapacityModel, Role
 from prescaler.controller import degradation, external
 from prescaler.controller.forecast import ForecastHub
 from prescaler.controller.model import (
@@ -43,9 +45,12 @@ from prescaler.controller.model import (
     Gathered,
     InvalidPool,
     PoolObject,
+    fleet_key,
+    fleet_label,
 )
 from prescaler.controller.prewarm import Prewarmer, with_prewarm_condition
 from prescaler.controller.status import (
+    combine_roles,
     compose_status,
     forecast_error,
     idle_since,
@@ -54,6 +59,7 @@ from prescaler.controller.status import (
     parse_rfc3339,
     parse_status,
     recent_targets,
+    role_previous,
     shortfall,
     status_patch,
     unschedulable,
@@ -96,6 +102,7 @@ from prescaler.planning import (
     plan,
 )
 from prescaler.sources import (
+    ROLE_DEMAND,
     MetricsUnavailable,
     PrometheusSource,
     PromQLError,
@@ -122,8 +129,8 @@ def demand_series_id(
         insecure,
         sorted(headers.items()),
         basic,
-        queries.requests_per_second,
-        queries.requests_per_second_template,
+        queries.demand_query,
+        queries.demand_template,
         queries.rate_window_seconds,
     )
     return hashlib.sha256(repr(parts).encode()).hexdigest()
@@ -148,11 +155,12 @@ class Reconciler:
 
     def forget(self, pool: PoolObject) -> None:
         """Drop caches and metric series of a deleted pool."""
-        cached = self._sources.pop(pool.uid, None)
-        if cached is not None:
-            cached[1].close()
-        self.forecasts.forget(pool.uid)
-        self.metrics.forget(pool.namespace, pool.name)
+        for role in (None, *ROLES):
+            cached = self._sources.pop(fleet_key(pool.uid, role), None)
+            if cached is not None:
+                cached[1].close()
+            self.forecasts.forget(fleet_key(pool.uid, role))
+            self.metrics.forget(pool.namespace, fleet_label(pool.name, role))
         if self.prewarm is not None:
             self.prewarm.forget_pool(pool.uid)
 
@@ -172,49 +180,24 @@ class Reconciler:
                 spec = parse_spec(pool.spec)
                 check_spec(spec)
                 windows = scheduled_windows(spec)
-                gathered = await self._gather(pool, spec, windows, previous, now)
             except SpecError as exc:
                 raise InvalidPool("InvalidSpec", str(exc)) from None
-            # After the pool's own checks, so its own errors are the ones it reports.
-            if pool.superseded_by is not None:
-                target = f"{spec.target.kind}/{spec.target.name}"
-                raise InvalidPool(
-                    TARGET_CONFLICT,
-                    f"{target} is already scaled by InferencePool {pool.superseded_by} "
-                    "(the oldest pool keeps a target); point this pool elsewhere",
+            if spec.roles is None:
+                status, assessment = await self._fleet(pool, None, spec, windows, previous, now)
+            else:
+                done: dict[Role, tuple[InferencePoolStatus, Assessment]] = {}
+                for role, view in fleets(spec):
+                    assert role is not None
+                    mine = role_previous(previous, role)
+                    done[role] = await self._fleet(pool, role, view, windows, mine, now)
+                status = combine_roles(
+                    previous, {r: st for r, (st, _) in done.items()}, now, pool.generation
                 )
-            capacity = self._capacity(spec, gathered.snapshot)
-            warmup = None
-            if self.prewarm is not None:
-                warmup = await self.prewarm.pool_condition(pool, spec, gathered.workload, previous)
-            examined = external.examine(spec, pool.generation, previous, gathered, now)
-            previous = examined.previous
-            decision = decide(spec, capacity, gathered, windows, previous, now)
-            decision, change = external.govern(spec, pool.generation, examined, decision)
-            if examined.found is not None:
-                await self.kube.post_event(
-                    pool.ref, "Warning", "ExternalChange", external.describe(examined.found, spec)
-                )
-            drain = None
-            if decision.desired_replicas < decision.current_replicas and spec.mode == "replicas":
-                drain = await self._drain_plan(pool, spec, gathered, now)
-                decision = replace(decision, reason=f"{decision.reason}; {drain.reason}")
-            self.metrics.declare_pool(pool.namespace, pool.name)
-            assessment = degradation.assess_pool(spec, capacity, gathered, decision, previous, now)
-            standby = await self._apply(pool, spec, decision, gathered, previous, drain)
+                assessment = degradation.combine(previous, {r: a for r, (_, a) in done.items()})
             published = await self._publish_degradation(pool, spec, assessment, previous)
-            status = compose_status(
-                spec, pool.generation, previous, decision, gathered, capacity, windows, standby, now
-            )
             status = status.model_copy(
                 update={"degradation": degradation.degradation_status(assessment, published)}
             )
-            status = external.record(status, spec, examined, change, decision, now, pool.generation)
-            if self.prewarm is not None:
-                status = with_prewarm_condition(status, warmup, now, pool.generation)
-            if not spec.dry_run:
-                await self._capacity_event(pool, previous, status)
-            self._observe(pool, spec, decision, gathered, capacity, previous)
             self._observe_degradation(pool, assessment)
             return status_patch(dict(pool.status), status)
         except InvalidPool as exc:
@@ -224,17 +207,79 @@ class Reconciler:
             self.metrics.reconcile_duration.observe(time.perf_counter() - started)
             self.metrics.last_reconcile.labels(pool.namespace, pool.name).set(now)
 
+    async def _fleet(
+        self,
+        pool: PoolObject,
+        role: Role | None,
+        spec: InferencePoolSpec,
+        windows: tuple[ScheduledWindow, ...],
+        previous: InferencePoolStatus,
+        now: float,
+    ) -> tuple[InferencePoolStatus, Assessment]:
+        """One fleet's gather, plan, apply and status: a unified pool's, or one role's
+        (``spec`` is then the role's view and ``previous`` its status). Returns the status
+        and the degradation assessment, which the caller publishes."""
+        try:
+            gathered = await self._gather(pool, role, spec, windows, previous, now)
+        except SpecError as exc:
+            raise InvalidPool("InvalidSpec", str(exc)) from None
+        # After the pool's own checks, so its own errors are the ones it reports.
+        if pool.superseded_by is not None:
+            target = target_of(spec)
+            raise InvalidPool(
+                TARGET_CONFLICT,
+                f"{target.kind}/{target.name} is already scaled by InferencePool "
+                f"{pool.superseded_by} (the oldest pool keeps a target); point this pool "
+                "elsewhere",
+            )
+        capacity = self._capacity(spec, role, gathered.snapshot)
+        warmup = None
+        if self.prewarm is not None:
+            warmup = await self.prewarm.pool_condition(pool, spec, gathered.workload, previous)
+        examined = external.examine(spec, pool.generation, previous, gathered, now)
+        previous = examined.previous
+        decision = decide(spec, capacity, gathered, windows, previous, now)
+        decision, change = external.govern(spec, pool.generation, examined, decision)
+        if examined.found is not None:
+            await self.kube.post_event(
+                pool.ref,
+                "Warning",
+                "ExternalChange",
+                _tag(role, external.describe(examined.found, spec)),
+            )
+        drain = None
+        if decision.desired_replicas < decision.current_replicas and spec.mode == "replicas":
+            drain = await self._drain_plan(pool, role, spec, gathered, now)
+            decision = replace(decision, reason=f"{decision.reason}; {drain.reason}")
+        self.metrics.declare_pool(pool.namespace, fleet_label(pool.name, role))
+        assessment = degradation.assess_pool(spec, capacity, gathered, decision, previous, now)
+        standby = await self._apply(pool, role, spec, decision, gathered, previous, drain)
+        status = compose_status(
+            spec, pool.generation, previous, decision, gathered, capacity, windows, standby, now
+        )
+        status = status.model_copy(
+            update={"degradation": degradation.degradation_status(assessment, None)}
+        )
+        status = external.record(status, spec, examined, change, decision, now, pool.generation)
+        if self.prewarm is not None:
+            status = with_prewarm_condition(status, warmup, now, pool.generation)
+        if not spec.dry_run:
+            await self._capacity_event(pool, role, previous, status)
+        self._observe(pool, role, decision, gathered, capacity, previous)
+        return status, assessment
+
     # ------------------------------------------------------------------ gather
     async def _gather(
         self,
         pool: PoolObject,
+        role: Role | None,
         spec: InferencePoolSpec,
         windows: tuple[ScheduledWindow, ...],
         previous: InferencePoolStatus,
         now: float,
     ) -> Gathered:
         ns = pool.namespace
-        target = spec.target
+        target = target_of(spec)
         try:
             if target.kind == "HorizontalPodAutoscaler":
                 hpa = await self.kube.get_hpa(ns, target.name)
@@ -269,7 +314,7 @@ class Reconciler:
         problem: str | None = None
         forecast: ForecastResult | None = None
         if spec.forecast is not None:
-            source, series_id = await self._source(pool, spec)
+            source, series_id = await self._source(pool, role, spec)
             loop = asyncio.get_running_loop()
             try:
                 snapshot = await loop.run_in_executor(self.io_executor, source.snapshot, now)
@@ -281,7 +326,7 @@ class Reconciler:
                 problem = str(exc)
             kept = previous.forecast.selection if previous.forecast is not None else None
             forecast = await self.forecasts.get(
-                pool.uid, spec.forecast, windows, source, series_id, now, kept=kept
+                fleet_key(pool.uid, role), spec.forecast, windows, source, series_id, now, kept=kept
             )
         if self._witnessed_from is None:
             self._witnessed_from = now
@@ -300,7 +345,7 @@ class Reconciler:
         )
 
     async def _source(
-        self, pool: PoolObject, spec: InferencePoolSpec
+        self, pool: PoolObject, role: Role | None, spec: InferencePoolSpec
     ) -> tuple[PrometheusSource, str]:
         """The pool's Prometheus source, and a digest naming its demand series (server,
         TLS, credentials and query): pools with the same digest read the same history."""
@@ -330,6 +375,7 @@ class Reconciler:
                 quantile=spec.model.context_quantile,
                 window=self.rate_window,
                 overrides=overrides,
+                demand=ROLE_DEMAND[role] if role is not None else "requests_per_second",
             )
         except ValueError as exc:
             raise InvalidPool("InvalidSpec", f"spec.forecast: {exc}") from None
@@ -337,7 +383,8 @@ class Reconciler:
         series_id = demand_series_id(
             fc.prometheus.url, fc.prometheus.insecure_skip_verify, headers, basic, queries
         )
-        cached = self._sources.get(pool.uid)
+        uid = fleet_key(pool.uid, role)
+        cached = self._sources.get(uid)
         if cached is not None and cached[0] == key:
             return cached[1], series_id
         if cached is not None:
@@ -350,32 +397,42 @@ class Reconciler:
             verify_tls=not fc.prometheus.insecure_skip_verify,
             timeout_seconds=self.prometheus_timeout_seconds,
         )
-        self._sources[pool.uid] = (key, source)
+        self._sources[uid] = (key, source)
         return source, series_id
 
     @staticmethod
-    def _capacity(spec: InferencePoolSpec, snapshot: Snapshot | None) -> CapacityModel:
+    def _capacity(
+        spec: InferencePoolSpec, role: Role | None, snapshot: Snapshot | None
+    ) -> CapacityModel:
         prompt = output = context = None
         if snapshot is not None:
             prompt, output = snapshot.mean_tokens()
             context = snapshot.context_tokens
         try:
             return capacity_model(
-                spec, prompt_tokens=prompt, output_tokens=output, context_tokens=context
+                spec,
+                role=role,
+                prompt_tokens=prompt,
+                output_tokens=output,
+                context_tokens=context,
             )
         except SpecError:
             # The measured mix is unusable (e.g. a context beyond the model): plan on the spec's.
-            return capacity_model(spec)
+            return capacity_model(spec, role=role)
 
     async def _drain_plan(
-        self, pool: PoolObject, spec: InferencePoolSpec, gathered: Gathered, now: float
+        self,
+        pool: PoolObject,
+        role: Role | None,
+        spec: InferencePoolSpec,
+        gathered: Gathered,
+        now: float,
     ) -> DrainPlan:
         """Which pods the coming scale-down should remove: per-pod running requests read
         now (only before a scale-down), ranked by :func:`prescaler.planning.drain_plan`."""
-        if spec.target.kind != "Deployment":
-            return DrainPlan(
-                (), f"drain: a {spec.target.kind} removes its highest ordinals, not the idlest"
-            )
+        kind = target_of(spec).kind
+        if kind != "Deployment":
+            return DrainPlan((), f"drain: a {kind} removes its highest ordinals, not the idlest")
         pods = [
             PodLoad(p.name, p.deletion_cost)
             for p in gathered.pods
@@ -383,7 +440,7 @@ class Reconciler:
         ]
         if spec.forecast is None:
             return drain_plan(pods, None, "no spec.forecast")
-        source, _ = await self._source(pool, spec)
+        source, _ = await self._source(pool, role, spec)
         loop = asyncio.get_running_loop()
         try:
             running = await loop.run_in_executor(self.io_executor, source.running_by_pod, now)
@@ -395,6 +452,7 @@ class Reconciler:
     async def _apply(
         self,
         pool: PoolObject,
+        role: Role | None,
         spec: InferencePoolSpec,
         decision: ScalePlan,
         gathered: Gathered,
@@ -405,7 +463,7 @@ class Reconciler:
         promotions, standby objects, Events. Dumb on purpose."""
         if spec.dry_run:
             return None
-        ns, target = pool.namespace, spec.target
+        ns, target = pool.namespace, target_of(spec)
         try:
             for pod, cost in drain.costs if drain is not None else ():
                 # Before the scale-down, so the ReplicaSet ranks by them.
@@ -425,14 +483,17 @@ class Reconciler:
                 direction = (
                     "up" if decision.desired_replicas > decision.current_replicas else "down"
                 )
-                self.metrics.scale_events.labels(ns, pool.name, direction).inc()
+                self.metrics.scale_events.labels(ns, fleet_label(pool.name, role), direction).inc()
                 what = "minReplicas of HPA" if spec.mode == "hpaFloor" else "replicas of"
                 await self.kube.post_event(
                     pool.ref,
                     "Normal",
                     "ScaledUp" if direction == "up" else "ScaledDown",
-                    f"{what} {target.kind} {target.name}: {decision.current_replicas} -> "
-                    f"{decision.desired_replicas} ({decision.constraint}): {decision.reason}",
+                    _tag(
+                        role,
+                        f"{what} {target.kind} {target.name}: {decision.current_replicas} -> "
+                        f"{decision.desired_replicas} ({decision.constraint}): {decision.reason}",
+                    ),
                 )
             promoted = await self._promote(pool, spec, decision, gathered)
             standby = await self._standby(pool, spec, decision, gathered.workload, previous.standby)
@@ -451,7 +512,7 @@ class Reconciler:
     ) -> int:
         """Promote and retire hot standby pods as the plan says; returns the promoted pods
         serving afterwards."""
-        ns, target = pool.namespace, spec.target
+        ns, target = pool.namespace, target_of(spec)
         waiting = sorted(
             (p for p in gathered.hot_pods if p.role == ROLE_HOT and p.ready),
             key=lambda p: (p.created, p.name),
@@ -526,7 +587,11 @@ class Reconciler:
             self.metrics.forecast_shortfall_tokens.labels(*labels).set(short.tokens_per_second)
 
     async def _capacity_event(
-        self, pool: PoolObject, previous: InferencePoolStatus, status: InferencePoolStatus
+        self,
+        pool: PoolObject,
+        role: Role | None,
+        previous: InferencePoolStatus,
+        status: InferencePoolStatus,
     ) -> None:
         """An Event when CapacityAvailable changes (status or message), never per reconcile."""
         old = next((c for c in previous.conditions if c.type == "CapacityAvailable"), None)
@@ -536,9 +601,9 @@ class Reconciler:
         if new.status == "False" and (
             old is None or old.status != "False" or old.message != new.message
         ):
-            await self.kube.post_event(pool.ref, "Warning", new.reason, new.message)
+            await self.kube.post_event(pool.ref, "Warning", new.reason, _tag(role, new.message))
         elif new.status == "True" and old is not None and old.status == "False":
-            await self.kube.post_event(pool.ref, "Normal", new.reason, new.message)
+            await self.kube.post_event(pool.ref, "Normal", new.reason, _tag(role, new.message))
 
     async def _standby(
         self,
@@ -628,13 +693,13 @@ class Reconciler:
     def _observe(
         self,
         pool: PoolObject,
-        spec: InferencePoolSpec,
+        role: Role | None,
         decision: ScalePlan,
         gathered: Gathered,
         capacity: CapacityModel,
         previous: InferencePoolStatus,
     ) -> None:
-        m, labels = self.metrics, (pool.namespace, pool.name)
+        m, labels = self.metrics, (pool.namespace, fleet_label(pool.name, role))
         m.desired_replicas.labels(*labels).set(decision.desired_replicas)
         m.planned_replicas.labels(*labels).set(decision.target_replicas)
         m.ready_replicas.labels(*labels).set(gathered.workload.ready_replicas)
@@ -642,20 +707,27 @@ class Reconciler:
         m.cold_start_seconds.labels(*labels).set(gathered.cold_start.seconds)
         m.set_driving_constraint(*labels, decision.constraint)
         result = gathered.forecast
-        m.set_forecast_band(*labels, result.forecast if result else None, decision.now)
         if result is not None:
             m.forecast_stale.labels(*labels).set(1 if result.stale else 0)
             if result.age_seconds is not None:
                 m.forecast_age.labels(*labels).set(result.age_seconds)
+        if role is not None:
+            return  # a role's demand counts tokens/s: the requests/s series are not its
+        m.set_forecast_band(*labels, result.forecast if result else None, decision.now)
         if decision.forecast_peak_requests_per_second is not None:
             m.predicted_demand.labels(*labels).set(decision.forecast_peak_requests_per_second)
-        observed = gathered.snapshot.requests_per_second if gathered.snapshot else None
+        observed = gathered.snapshot.demand if gathered.snapshot else None
         if observed is not None:
             m.observed_demand.labels(*labels).set(observed)
             m.shortfall.labels(*labels).set(shortfall(observed, gathered.workload, capacity))
             error = forecast_error(previous.forecast, observed, decision.now)
             if error is not None:
                 m.forecast_error.labels(*labels).set(error)
+
+
+def _tag(role: Role | None, message: str) -> str:
+    """An Event message of one role, prefixed with it."""
+    return message if role is None else f"{role}: {message}"
 
 
 # ---------------------------------------------------------------------- pure steps
@@ -669,7 +741,7 @@ def decide(
 ) -> ScalePlan:
     """The planner's inputs from what was gathered, and its decision (pure)."""
     snapshot = gathered.snapshot
-    observed = snapshot.requests_per_second if snapshot else None
+    observed = snapshot.demand if snapshot else None
     hot = spec.standby.hot.replicas > 0
     fleet = FleetState(
         current_replicas=gathered.current_replicas,

@@ -19,18 +19,20 @@ from prescaler.api import (
     Condition,
     ConditionType,
     DemandStatus,
+    FleetStatus,
     ForecastPoint,
     ForecastStatus,
     InferencePoolSpec,
     InferencePoolStatus,
     PlanStatus,
     RecentTarget,
+    RolesStatus,
     SelectionStatus,
     StandbyPartStatus,
     StandbyStatus,
     WindowStatus,
 )
-from prescaler.capacity import CapacityModel
+from prescaler.capacity import ROLES, CapacityModel, Role
 from prescaler.controller.model import Gathered
 from prescaler.kube import PodStart, Workload
 from prescaler.planning import ForecastLike, ScalePlan, ScheduledWindow
@@ -133,7 +135,7 @@ def idle_since(
     """
     if snapshot is None:
         return None
-    rps = snapshot.requests_per_second
+    rps = snapshot.demand
     if rps is None and not snapshot.demand_absent:
         return None
     if rps is not None and rps > 0:
@@ -394,14 +396,17 @@ def compose_status(
     snapshot = gathered.snapshot
     demand = None
     if snapshot is not None:
-        rps = snapshot.requests_per_second
+        observed = snapshot.demand
+        # In requests/s: a role's token shortfall over its tokens per request.
+        per_request = capacity.unit.per_request
+        short = None
+        if observed is not None and per_request > 0:
+            short = _round(shortfall(observed, gathered.workload, capacity) / per_request)
         demand = DemandStatus(
-            requests_per_second=_round(rps),
+            requests_per_second=_round(snapshot.requests_per_second),
             tokens_per_second=_round(snapshot.tokens_per_second),
             waiting=_round(snapshot.waiting),
-            shortfall_requests_per_second=(
-                _round(shortfall(rps, gathered.workload, capacity)) if rps is not None else None
-            ),
+            shortfall_requests_per_second=short,
             idle_since=rfc3339(gathered.idle_since) if gathered.idle_since is not None else None,
         )
     if spec.dry_run:
@@ -436,6 +441,77 @@ def compose_status(
         last_scale_time=stamp if applied else previous.last_scale_time,
         last_scale_up_time=stamp if up else previous.last_scale_up_time,
         last_scale_down_time=stamp if down else previous.last_scale_down_time,
+    )
+
+
+# ---------------------------------------------------------------------- roles
+_ROLE_FIELDS = {"roles", "role_summary"}
+# Per condition type, the statuses from worst to best: a pool's condition is its worst role's.
+_WORST_FIRST: dict[ConditionType, tuple[Status, ...]] = {
+    "Invalid": ("True", "Unknown", "False"),
+    "ExternalChange": ("True", "Unknown", "False"),
+    "ScheduleActive": ("True", "Unknown", "False"),
+    "DryRun": ("True", "Unknown", "False"),
+}
+
+
+def role_previous(previous: InferencePoolStatus, role: Role) -> InferencePoolStatus:
+    """One role's previous status, as the unified status its fleet is reconciled with."""
+    fleet = getattr(previous.roles, role) if previous.roles is not None else None
+    if fleet is None:
+        return InferencePoolStatus()
+    return InferencePoolStatus.model_validate(fleet.model_dump(by_alias=True))
+
+
+def combine_roles(
+    previous: InferencePoolStatus,
+    roles: dict[Role, InferencePoolStatus],
+    now: float,
+    generation: int | None,
+) -> InferencePoolStatus:
+    """A disaggregated pool's status from its roles': each role's under ``roles``, the
+    replica counts summed (every replica holds GPUs), each condition its worst role's
+    (message prefixed with the role), and a one-line summary for ``kubectl get``."""
+    ordered = [(r, roles[r]) for r in ROLES if r in roles]
+    updates: list[ConditionUpdate] = []
+    for type_ in CONDITION_TYPES:
+        found = [(r, c) for r, st in ordered for c in st.conditions if c.type == type_]
+        if not found:
+            continue
+        rank = _WORST_FIRST.get(type_, ("False", "Unknown", "True"))
+        _, worst = min(found, key=lambda rc: rank.index(rc[1].status))
+        message = "; ".join(
+            f"{r}: {c.message}" for r, c in found if c.status == worst.status and c.message
+        )
+        updates.append(ConditionUpdate(type_, worst.status, worst.reason, message))
+
+    def total(field: str) -> int | None:
+        values = [getattr(st, field) for _, st in ordered]
+        return None if any(v is None for v in values) else sum(values)
+
+    def latest(field: str) -> str | None:
+        values = [v for _, st in ordered if (v := getattr(st, field)) is not None]
+        return max(values, default=None)
+
+    summary = ", ".join(
+        f"{r} {st.ready_replicas or 0}/{st.desired_replicas or 0}"
+        + (f" {st.plan.constraint}" if st.plan is not None else "")
+        for r, st in ordered
+    )
+    fleets = {r: FleetStatus.model_validate(st.model_dump(by_alias=True, exclude=_ROLE_FIELDS))
+              for r, st in ordered}  # fmt: skip
+    return InferencePoolStatus(
+        observed_generation=generation,
+        conditions=merge_conditions(previous.conditions, updates, now, generation),
+        desired_replicas=total("desired_replicas"),
+        current_replicas=total("current_replicas"),
+        ready_replicas=total("ready_replicas"),
+        next_window=ordered[0][1].next_window if ordered else None,
+        last_scale_time=latest("last_scale_time"),
+        last_scale_up_time=latest("last_scale_up_time"),
+        last_scale_down_time=latest("last_scale_down_time"),
+        roles=RolesStatus(prefill=fleets.get("prefill"), decode=fleets.get("decode")),
+        role_summary=summary[:256],
     )
 
 

@@ -51,6 +51,12 @@ The rules, in order:
    of the plan, ready hot standby pods are promoted into the Service; promoted pods are
    retired once the target's own ready replicas cover the plan without them.
 
+**Units.** Demand (forecast, observation, queue arrivals) counts in the capacity model's
+:class:`~prescaler.capacity.DemandUnit`: requests/s for a unified pool, or one role's
+tokens/s for a disaggregated one (prompt tokens for prefill, output tokens for decode),
+each role planned on its own forecast by its own call. Request counts (a window's
+expected requests/s, the queue) convert at the unit's tokens per request.
+
 The planner never talks to a cluster: applying a plan is someone else's job.
 """
 
@@ -61,7 +67,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Literal, Protocol
 
-from prescaler.capacity import CapacityModel, Constraint
+from prescaler.capacity import CapacityModel, Constraint, DemandUnit
 from prescaler.planning._windows import Occurrence, ScheduledWindow
 
 Mode = Literal["replicas", "hpaFloor"]
@@ -70,7 +76,8 @@ Action = Literal["scale_up", "scale_down", "hold", "steady"]
 
 
 class DemandPoint(Protocol):
-    """One forecast step: demand in requests/s over the step that ends at ``t``."""
+    """One forecast step: demand over the step that ends at ``t``, in the capacity model's
+    unit (requests/s, or a disaggregated role's tokens/s)."""
 
     @property
     def t(self) -> float: ...
@@ -153,7 +160,8 @@ class FleetState:
     last_scale_up_at: float | None = None
     last_scale_down_at: float | None = None
     observed_requests_per_second: float | None = None
-    """Latest measured demand; ``None`` when metrics are missing."""
+    """Latest measured demand, in the capacity model's unit (requests/s, or a role's
+    tokens/s); ``None`` when metrics are missing."""
     unschedulable_replicas: int = 0
     """Replicas of the target no node can take now (Pending, ``Unschedulable``)."""
     idle_seconds: float | None = None
@@ -233,11 +241,12 @@ def _usable_points(forecast: ForecastLike | None, now: float, max_age: float) ->
 
 
 def _queue_demand(
-    fleet: FleetState, served: float, headroom: float, lookahead: float
+    fleet: FleetState, served: float, headroom: float, lookahead: float, unit: DemandUnit
 ) -> tuple[float, str] | None:
-    """The queue term in requests/s, ``arrivals x headroom + waiting / lookahead`` where
-    arrivals are ``served + queue growth``, and how it came about; ``None`` without usable
-    queue data (each part is left out alone when it is missing or garbage)."""
+    """The queue term in the demand's unit, ``arrivals x headroom + waiting / lookahead``
+    where arrivals are ``served + queue growth``, and how it came about; ``None`` without
+    usable queue data (each part is left out alone when it is missing or garbage). The
+    queue counts requests; a role's tokens are ``unit.per_request`` per request."""
     growth = fleet.waiting_growth_per_second
     if growth is not None and not math.isfinite(growth):
         growth = None
@@ -246,12 +255,13 @@ def _queue_demand(
         waiting = None
     if growth is None and waiting is None:
         return None
-    arriving = max(0.0, served + (growth or 0.0))
-    drain = waiting / lookahead if waiting is not None and lookahead > 0 else 0.0
+    per = unit.per_request
+    arriving = max(0.0, served + (growth or 0.0) * per)
+    drain = waiting * per / lookahead if waiting is not None and lookahead > 0 else 0.0
     extra = f" x{headroom:g}" if headroom != 1 else ""
-    what = f"served {served:.3g} req/s"
+    what = f"served {served:.3g} {unit.name}"
     if growth is not None:
-        what += f" {growth:+.3g} queue growth = {arriving:.3g} arriving"
+        what += f" {(growth or 0.0) * per:+.3g} queue growth = {arriving:.3g} arriving"
     what += extra
     if drain > 0:
         what += f" + {waiting:.0f} waiting / {lookahead:.0f}s"
@@ -282,7 +292,8 @@ def _window_requirement(
         if occurrence.min_replicas is not None:
             floor = max(floor, occurrence.min_replicas)
         if occurrence.expected_requests_per_second is not None:
-            floor = max(floor, capacity.required(occurrence.expected_requests_per_second).replicas)
+            load = occurrence.expected_requests_per_second * capacity.unit.per_request
+            floor = max(floor, capacity.required(load).replicas)
     return floor, tuple(dict.fromkeys(o.name for o in occurrences))
 
 
@@ -311,7 +322,8 @@ def plan(inputs: PlanInputs) -> ScalePlan:
             (
                 need.replicas,
                 need.constraint,
-                f"forecast upper {peak:.3g} req/s within {lookahead:.0f}s needs {need.replicas}",
+                f"forecast upper {peak:.3g} {capacity.unit.name} within {lookahead:.0f}s "
+                f"needs {need.replicas}",
             )
         )
     observed = fleet.observed_requests_per_second
@@ -323,12 +335,12 @@ def plan(inputs: PlanInputs) -> ScalePlan:
             (
                 need.replicas,
                 need.constraint,
-                f"observed {observed:.3g} req/s{extra} needs {need.replicas}",
+                f"observed {observed:.3g} {capacity.unit.name}{extra} needs {need.replicas}",
             )
         )
 
         # The queue term: only when it asks for more than the guard (it never lowers it).
-        queued = _queue_demand(fleet, observed, policy.observed_headroom, lookahead)
+        queued = _queue_demand(fleet, observed, policy.observed_headroom, lookahead, capacity.unit)
         if queued is not None and queued[0] > observed * policy.observed_headroom:
             need = capacity.required(queued[0])
             candidates.append(

@@ -7,7 +7,13 @@ Errors::
     └── MetricsUnavailable   the server cannot answer: hold, never scale down
 """
 
-from prescaler.sources._profiles import PROFILES, Queries, QueryName, render_queries
+from prescaler.sources._profiles import (
+    PROFILES,
+    ROLE_DEMAND,
+    Queries,
+    QueryName,
+    render_queries,
+)
 from prescaler.sources._prometheus import (
     MAX_POINTS_PER_QUERY,
     MetricsUnavailable,
@@ -20,6 +26,7 @@ from prescaler.sources._prometheus import (
 __all__ = [
     "MAX_POINTS_PER_QUERY",
     "PROFILES",
+    "ROLE_DEMAND",
     "MetricsUnavailable",
     "PromQLError",
     "PrometheusSource",

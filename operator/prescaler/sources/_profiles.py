@@ -7,9 +7,10 @@ the user's own PromQL (``spec.forecast.queries``).
 
 ``$window`` is the operator's rate window (``2m``) for the instant reads of "demand now".
 The demand *history* picks its own window (one history step, see
-:meth:`prescaler.sources.PrometheusSource.history`), so the requests/s query is also kept
-with ``$window`` open (:attr:`Queries.requests_per_second_template`). A custom requests/s
-query may use ``$window`` too; one without it is used verbatim everywhere.
+:meth:`prescaler.sources.PrometheusSource.history`), so the demand query (requests/s, or a
+disaggregated role's token rate) is also kept with ``$window`` open
+(:attr:`Queries.demand_template`). A custom demand query may use ``$window`` too; one
+without it is used verbatim everywhere.
 """
 
 from __future__ import annotations
@@ -32,6 +33,12 @@ QueryName = Literal[
     "ttft_p99_seconds",
 ]
 QUERY_NAMES: tuple[QueryName, ...] = get_args(QueryName)
+ROLE_DEMAND: dict[str, QueryName] = {
+    "prefill": "prompt_tokens_per_second",
+    "decode": "output_tokens_per_second",
+}
+"""The demand a disaggregated pool's role is forecast and planned on: prompt tokens/s for
+prefill (compute-bound), output tokens/s for decode (memory-bound)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,22 +68,30 @@ class Queries:
     before a scale-down, to set pod deletion costs (not part of a snapshot)."""
     rate_window_seconds: float = 120.0
     """The rate window ``$window`` was rendered with, in seconds."""
-    requests_per_second_template: str | None = None
-    """``requests_per_second`` with ``$window`` left open, for a history read at its own
-    window; ``None`` when the query has no ``$window`` (it is then used as is)."""
+    demand: QueryName = "requests_per_second"
+    """The query that is the pool's demand: forecast on its history and planned on. A
+    unified pool's is requests/s; a disaggregated pool's prefill role plans on prompt
+    tokens/s and its decode role on output tokens/s."""
+    demand_template: str | None = None
+    """The demand query with ``$window`` left open, for a history read at its own window;
+    ``None`` when the query has no ``$window`` (it is then used as is)."""
 
     def items(self) -> list[tuple[QueryName, str]]:
         """The queries by name (what a snapshot reads); an empty query is not read."""
         return [(name, getattr(self, name)) for name in QUERY_NAMES if getattr(self, name)]
 
-    def requests_per_second_at(self, window_seconds: float) -> str:
-        """The requests/s query with a rate window of ``window_seconds`` (verbatim when
-        it has no ``$window``)."""
-        if self.requests_per_second_template is None:
-            return self.requests_per_second
-        return Template(self.requests_per_second_template).substitute(
-            window=format_duration(window_seconds)
-        )
+    @property
+    def demand_query(self) -> str:
+        """The demand query at the operator's rate window."""
+        query: str = getattr(self, self.demand)
+        return query
+
+    def demand_at(self, window_seconds: float) -> str:
+        """The demand query with a rate window of ``window_seconds`` (verbatim when it has
+        no ``$window``)."""
+        if self.demand_template is None:
+            return self.demand_query
+        return Template(self.demand_template).substitute(window=format_duration(window_seconds))
 
 
 _DURATION = re.compile(r"(\d+)(ms|y|w|d|h|m|s)")
@@ -184,8 +199,10 @@ def render_queries(
     quantile: float = 0.95,
     window: str = "2m",
     overrides: dict[str, str] | None = None,
+    demand: QueryName = "requests_per_second",
 ) -> Queries:
     """The engine's queries for one pool; ``overrides`` (by field name) replace them as given.
+    ``demand`` names the query the pool forecasts and plans on (see :attr:`Queries.demand`).
 
     Overrides are used verbatim except that ``$quantile``, ``$window`` and ``$resolution``
     are substituted,
@@ -204,7 +221,9 @@ def render_queries(
         name: Template(text).substitute(values) for name, text in profile.items()
     }
     rendered["running_by_pod"] = Template(profile.running_by_pod).substitute(values)
-    rps_template: str | None = Template(profile.requests_per_second).safe_substitute(
+    if demand not in QUERY_NAMES:
+        raise ValueError(f"unknown demand query {demand!r}")
+    rps_template: str | None = Template(getattr(profile, demand)).safe_substitute(
         sel=sel, quantile=values["quantile"]
     )
     for name, text in (overrides or {}).items():
@@ -213,7 +232,7 @@ def render_queries(
         rendered[name] = Template(text).safe_substitute(
             quantile=values["quantile"], window=window, resolution=resolution
         )
-        if name == "requests_per_second":
+        if name == demand:
             open_window = "window" in Template(text).get_identifiers()
             rps_template = (
                 Template(text).safe_substitute(quantile=values["quantile"]) if open_window else None
@@ -222,5 +241,6 @@ def render_queries(
         profile,
         **rendered,
         rate_window_seconds=window_seconds,
-        requests_per_second_template=rps_template,
+        demand=demand,
+        demand_template=rps_template,
     )

@@ -71,13 +71,21 @@ class Snapshot:
     problems: tuple[str, ...] = field(default_factory=tuple)
     """Why values are missing, one line each."""
     demand_absent: bool = False
-    """Prometheus answered the requests/s query with no series at all (nothing exported,
-    or the series vanished), as opposed to an error or a garbage value."""
+    """Prometheus answered the demand query with no series at all (nothing exported, or
+    the series vanished), as opposed to an error or a garbage value."""
+    demand_name: QueryName = "requests_per_second"
+    """Which of the values is the pool's demand (:attr:`Queries.demand`)."""
+
+    @property
+    def demand(self) -> float | None:
+        """The pool's demand now: requests/s, or a disaggregated role's tokens/s."""
+        value: float | None = getattr(self, self.demand_name)
+        return value
 
     @property
     def available(self) -> bool:
-        """Demand (requests/s) is known."""
-        return self.requests_per_second is not None
+        """Demand is known."""
+        return self.demand is not None
 
     @property
     def tokens_per_second(self) -> float | None:
@@ -252,10 +260,16 @@ class PrometheusSource:
             if value is None:
                 bound = "" if signed else " >= 0"
                 problems.append(f"{name}: no data or not a finite number{bound}")
-            if name == "requests_per_second":
+            if name == self.queries.demand:
                 absent = isinstance(result, list) and not result
             values[name] = value
-        return Snapshot(at=at, problems=tuple(problems), demand_absent=absent, **values)
+        return Snapshot(
+            at=at,
+            problems=tuple(problems),
+            demand_absent=absent,
+            demand_name=self.queries.demand,
+            **values,
+        )
 
     def running_by_pod(self, at: float) -> dict[str, float]:
         """Requests running now on each pod (by the ``pod`` label); pods without a finite
@@ -272,7 +286,8 @@ class PrometheusSource:
         return running
 
     def history(self, start: float, end: float, step_seconds: float) -> pd.Series:
-        """Mean requests/s of each ``step_seconds`` interval, indexed by the interval's START.
+        """Mean demand (requests/s, or a role's tokens/s: :attr:`Queries.demand`) of each
+        ``step_seconds`` interval, indexed by the interval's START.
 
         The sample indexed ``s`` is the mean demand over ``[s, s + step)``; stamps are
         multiples of the step (the forecasting grid's bins, anchored at the unix epoch),
@@ -312,14 +327,14 @@ class PrometheusSource:
             raise ValueError(f"step_seconds must be a finite number > 0, got {step_seconds!r}")
         queries = self.queries
         first = math.ceil(start / step - 1e-9) * step
-        if queries.requests_per_second_template is None:
-            return self._history_at(queries.requests_per_second, first, end, step, step)
-        series = self._history_at(queries.requests_per_second_at(step), first, end, step, step)
+        if queries.demand_template is None:
+            return self._history_at(queries.demand_query, first, end, step, step)
+        series = self._history_at(queries.demand_at(step), first, end, step, step)
         wide = queries.rate_window_seconds
         if wide > step:
             expected = _steps(first, end - step, step)
             if expected > 0 and len(series) < 0.9 * expected:
-                query = queries.requests_per_second_at(wide)
+                query = queries.demand_at(wide)
                 smooth = self._history_at(query, first, end, step, wide)
                 if len(smooth) > 1.2 * len(series):
                     series = smooth
@@ -333,7 +348,7 @@ class PrometheusSource:
         The sample for the step ``[s, s + step)`` is read at ``s + (step + window) / 2``,
         the end of a window centred on that step (``s + step`` when the window is the step).
         """
-        name: QueryName = "requests_per_second"
+        name = self.queries.demand
         shift = (step + window) / 2
         count = _steps(first, end - shift, step)
         sums: dict[int, float] = {}
