@@ -346,6 +346,72 @@ def test_api_server_rejects_invalid_specs(
     assert fragment in info.value.body, (change, info.value.body)
 
 
+def _roles(**prefill: Any) -> dict[str, Any]:
+    return {
+        "prefill": {"target": {"name": "llm-prefill"}, "tokensPerSecond": 8000, **prefill},
+        "decode": {"target": {"name": "llm-decode"}, "tokensPerSecond": 1500},
+    }
+
+
+_PD_MODEL = {"promptTokens": 1000, "outputTokens": 200}
+
+# The same, for a disaggregated pool (spec.roles): the whole spec of each case.
+BAD_ROLE_SPECS: list[tuple[str, dict[str, Any], str]] = [
+    ("target-and-roles", {"target": {"name": "llm"}, "roles": _roles(), "model": _PD_MODEL},
+     "exactly one of target and roles"),
+    ("neither", {"model": dict(MODEL)}, "exactly one of target and roles"),
+    ("model-throughput-with-roles", {"roles": _roles(), "model": dict(MODEL)},
+     "tokensPerSecond per role"),
+    ("unified-without-throughput", {"target": {"name": "llm"}, "model": _PD_MODEL},
+     "give model.tokensPerSecond"),
+    ("role-hpa", {"roles": _roles(target={"kind": "HorizontalPodAutoscaler", "name": "h"}),
+                  "model": _PD_MODEL}, "a role's target is a Deployment or a StatefulSet"),
+    ("same-targets", {"roles": _roles(target={"name": "llm-decode"}), "model": _PD_MODEL},
+     "prefill and decode need targets of their own"),
+    ("role-min-above-max", {"roles": _roles(minReplicas=4, maxReplicas=2), "model": _PD_MODEL},
+     "minReplicas must not exceed maxReplicas"),
+    ("roles-hot-standby", {"roles": _roles(), "model": _PD_MODEL,
+                           "standby": {"hot": {"replicas": 1}}}, "warm standby"),
+    ("roles-placeholders", {"roles": _roles(), "model": _PD_MODEL,
+                            "standby": {"placeholders": {"enabled": True}}}, "warm standby"),
+    ("roles-prewarm", {"roles": _roles(), "model": _PD_MODEL, "prewarm": {"prompts": ["hi"]}},
+     "prewarm is for unified pools"),
+    ("roles-window-replicas", {"roles": _roles(), "model": _PD_MODEL, **_cron("0 9 * * *")},
+     "not minReplicas"),
+    ("roles-zero-throughput", {"roles": _roles(tokensPerSecond=0), "model": _PD_MODEL},
+     "tokensPerSecond"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("spec", "fragment"),
+    [case[1:] for case in BAD_ROLE_SPECS],
+    ids=[case[0] for case in BAD_ROLE_SPECS],
+)
+def test_api_server_rejects_invalid_disaggregated_specs(
+    kube: Any, namespace: str, crd: None, spec: dict[str, Any], fragment: str
+) -> None:
+    k = _kube(kube, namespace)
+    with pytest.raises(ApiException) as info:
+        k.create_pool("bad", spec)
+    assert info.value.status == 422, spec
+    assert fragment in info.value.body, (spec, info.value.body)
+
+
+def test_api_server_accepts_a_disaggregated_pool(kube: Any, namespace: str, crd: None) -> None:
+    k = _kube(kube, namespace)
+    spec = {
+        "roles": _roles(minReplicas=0, maxReplicas=8, gpusPerReplica=2, selector='role="p"'),
+        "model": _PD_MODEL,
+        "schedules": [{"name": "w", "cron": "0 9 * * *", "durationSeconds": 60,
+                       "expectedRequestsPerSecond": 20}],
+        "standby": {"hot": {"replicas": 0}},
+    }  # fmt: skip
+    created = k.create_pool("pd", spec)
+    assert created["spec"]["roles"]["prefill"]["maxReplicas"] == 8
+    assert "target" not in created["spec"]
+
+
 def test_api_server_accepts_the_edges_of_what_it_rejects(
     kube: Any, namespace: str, crd: None
 ) -> None:

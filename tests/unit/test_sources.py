@@ -98,3 +98,25 @@ def test_snapshot_mean_tokens_need_traffic() -> None:
     assert idle.mean_tokens() == (None, None)
     assert not Snapshot(at=0).available
     assert math.isclose(s.requests_per_second or 0, 2)
+
+
+def test_a_role_plans_on_its_token_rate_and_reads_its_own_series() -> None:
+    q = render_queries(
+        "vllm",
+        selector='namespace="serving",role="prefill"',
+        demand="prompt_tokens_per_second",
+        overrides={"waiting": "sum(my_queue$sel)"},
+    )
+    assert q.demand_query == q.prompt_tokens_per_second
+    assert q.demand_at(60) == (
+        'sum(rate(vllm:prompt_tokens_total{namespace="serving",role="prefill"}[60s]))'
+    )
+    assert q.waiting == 'sum(my_queue{namespace="serving",role="prefill"})'
+    snapshot = Snapshot(
+        at=0, requests_per_second=2.0, prompt_tokens_per_second=9000.0,
+        output_tokens_per_second=300.0, demand_name=q.demand,
+    )  # fmt: skip
+    assert snapshot.demand == 9000.0
+    assert snapshot.available
+    assert snapshot.mean_tokens() == (4500.0, 150.0)
+    assert not Snapshot(at=0, requests_per_second=2.0, demand_name=q.demand).available

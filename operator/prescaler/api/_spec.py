@@ -204,7 +204,9 @@ class PrometheusSpec(WireModel):
 
 
 class QueriesSpec(WireModel):
-    """Custom PromQL, each replacing the engine profile's query of the same name."""
+    """Custom PromQL, each replacing the engine profile's query of the same name. ``$sel``
+    in a query becomes the label matchers in braces (``forecast.selector``, plus the role's
+    ``selector`` in a disaggregated pool), e.g. ``sum(rate(my_prompt_tokens$sel[$window]))``."""
 
     requests_per_second: PromQL | None = None
     """Demand in requests/s, one series (it is forecast). ``$window`` in it is replaced by
@@ -250,7 +252,8 @@ class ForecastSpec(WireModel):
     """Label matchers added to every profile query,
     e.g. ``namespace="serving",model_name="llama"``."""
     queries: QueriesSpec | None = None
-    """Custom PromQL overriding the engine profile."""
+    """Custom PromQL overriding the engine profile; ``$sel`` in a query becomes the label
+    matchers (with a disaggregated role's ``selector``)."""
     lookback_seconds: int = Field(default=7 * DAY, ge=3600, le=90 * DAY)
     """History the forecast model is fit on."""
     step_seconds: int = Field(default=60, ge=10, le=3600)

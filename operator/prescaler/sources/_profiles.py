@@ -204,8 +204,8 @@ def render_queries(
     """The engine's queries for one pool; ``overrides`` (by field name) replace them as given.
     ``demand`` names the query the pool forecasts and plans on (see :attr:`Queries.demand`).
 
-    Overrides are used verbatim except that ``$quantile``, ``$window`` and ``$resolution``
-    are substituted,
+    Overrides are used verbatim except that ``$sel`` (the pool's label matchers, with a
+    disaggregated role's), ``$quantile``, ``$window`` and ``$resolution`` are substituted,
     so a custom context-length query can follow the pool's quantile and a custom rate
     query the rate window (the history's own, for requests/s).
     """
@@ -230,12 +230,14 @@ def render_queries(
         if name not in QUERY_NAMES and name != "running_by_pod":
             raise ValueError(f"unknown query {name!r}")
         rendered[name] = Template(text).safe_substitute(
-            quantile=values["quantile"], window=window, resolution=resolution
+            sel=sel, quantile=values["quantile"], window=window, resolution=resolution
         )
         if name == demand:
             open_window = "window" in Template(text).get_identifiers()
             rps_template = (
-                Template(text).safe_substitute(quantile=values["quantile"]) if open_window else None
+                Template(text).safe_substitute(sel=sel, quantile=values["quantile"])
+                if open_window
+                else None
             )
     return replace(
         profile,
