@@ -22,6 +22,7 @@ from prescaler.api import (
     SpecError,
     capacity_model,
     check_spec,
+    fleets,
     parse_spec,
     scaling_policy,
     scheduled_windows,
@@ -155,15 +156,35 @@ forecasts = st.builds(
     observedHeadroom=optional(numbers),
 )
 
+targets = st.builds(
+    lambda kind, name: drop_none({"kind": kind, "name": name}),
+    kind=optional(st.sampled_from(["Deployment", "StatefulSet", "HorizontalPodAutoscaler", "Pod"])),
+    name=names,
+)
+role_specs = st.builds(
+    lambda **kw: drop_none(kw),
+    target=targets,
+    tokensPerSecond=numbers,
+    minReplicas=optional(st.integers(min_value=-1, max_value=100_001)),
+    maxReplicas=optional(st.integers(min_value=0, max_value=100_001)),
+    gpusPerReplica=optional(st.integers(min_value=0, max_value=70)),
+    selector=optional(st.sampled_from(['role="prefill"', "{}", "", 'a="b",c=~"d"'])),
+)
+
+
+def _roles_give_throughput(raw: dict[str, Any]) -> dict[str, Any]:
+    """A disaggregated pool gives throughput per role, so its model mostly has none (the
+    search then reaches its planning, not only its refusal)."""
+    if "roles" in raw and "target" not in raw and raw["model"].get("tokensPerSecond") != 1.0:
+        raw = {**raw, "model": {k: v for k, v in raw["model"].items() if k != "tokensPerSecond"}}
+    return raw
+
+
+# A unified pool (a target), a disaggregated one (roles), both or neither.
 specs = st.builds(
     lambda **kw: drop_none(kw),
-    target=st.builds(
-        lambda kind, name: drop_none({"kind": kind, "name": name}),
-        kind=optional(
-            st.sampled_from(["Deployment", "StatefulSet", "HorizontalPodAutoscaler", "Pod"])
-        ),
-        name=names,
-    ),
+    target=st.one_of(targets, targets, st.none()),
+    roles=optional(st.builds(lambda p, d: {"prefill": p, "decode": d}, role_specs, role_specs)),
     mode=optional(st.sampled_from(["replicas", "hpaFloor", "sideways"])),
     minReplicas=optional(st.integers(min_value=-1, max_value=100_001)),
     maxReplicas=optional(st.integers(min_value=0, max_value=100_001)),
@@ -195,7 +216,7 @@ specs = st.builds(
     ),
     scaleUp=optional(st.builds(lambda n: {"maxStep": n}, st.integers(min_value=0, max_value=5))),
     dryRun=optional(st.booleans()),
-)
+).map(_roles_give_throughput)
 
 # What the metrics may say: missing, garbage or real.
 readings = st.one_of(
@@ -214,7 +235,7 @@ forecast_values = st.builds(
     uppers=st.lists(readings.map(lambda r: math.nan if r is None else r), max_size=6),
 )
 
-fleets = st.builds(
+fleet_states = st.builds(
     FleetState,
     current_replicas=st.integers(min_value=0, max_value=200_000),
     ready_replicas=st.integers(min_value=0, max_value=100),
@@ -231,25 +252,29 @@ def _planned(raw: dict[str, Any], fleet: FleetState, forecast: Forecast | None, 
         check_spec(spec)
         windows = scheduled_windows(spec)
         prompt, output, context = mix
-        try:
-            capacity = capacity_model(
-                spec, prompt_tokens=prompt, output_tokens=output, context_tokens=context
+        planned = []
+        for role, view in fleets(spec):  # the pool, or each role of a disaggregated one
+            try:
+                capacity = capacity_model(
+                    view, role=role, prompt_tokens=prompt, output_tokens=output,
+                    context_tokens=context,
+                )  # fmt: skip
+            except SpecError:
+                capacity = capacity_model(view, role=role)  # the reconcile's fallback
+            policy = scaling_policy(view)
+            decision = plan(
+                PlanInputs(
+                    now=NOW,
+                    capacity=capacity,
+                    fleet=fleet,
+                    policy=policy,
+                    cold_start_seconds=float(spec.cold_start.seconds),
+                    forecast=forecast,
+                    windows=windows,
+                    forecast_expected=spec.forecast is not None,
+                )
             )
-        except SpecError:
-            capacity = capacity_model(spec)  # the reconcile's fallback to the spec's mix
-        policy = scaling_policy(spec)
-        decision = plan(
-            PlanInputs(
-                now=NOW,
-                capacity=capacity,
-                fleet=fleet,
-                policy=policy,
-                cold_start_seconds=float(spec.cold_start.seconds),
-                forecast=forecast,
-                windows=windows,
-                forecast_expected=spec.forecast is not None,
-            )
-        )
+            planned.append((policy, decision))
         for window in windows:
             window.next_occurrence(NOW)  # what the status shows as the next window
     except SpecError as exc:
@@ -259,21 +284,22 @@ def _planned(raw: dict[str, Any], fleet: FleetState, forecast: Forecast | None, 
     if refused is not None:
         assert refused.startswith("spec"), refused  # names the field, for condition Invalid
         return
-    assert 0 <= decision.desired_replicas <= max(policy.max_replicas, 0)
-    assert 0 <= decision.standby_replicas <= policy.standby_max_replicas
-    assert decision.reason
-    observed = fleet.observed_requests_per_second
-    blind = observed is None or not (math.isfinite(observed) and observed >= 0)
-    if blind and spec.forecast is not None and fleet.current_replicas <= policy.max_replicas:
-        # Missing or garbage demand never scales down.
-        assert decision.desired_replicas >= fleet.current_replicas, decision.reason
+    for policy, decision in planned:
+        assert 0 <= decision.desired_replicas <= max(policy.max_replicas, 0)
+        assert 0 <= decision.standby_replicas <= policy.standby_max_replicas
+        assert decision.reason
+        observed = fleet.observed_requests_per_second
+        blind = observed is None or not (math.isfinite(observed) and observed >= 0)
+        if blind and spec.forecast is not None and fleet.current_replicas <= policy.max_replicas:
+            # Missing or garbage demand never scales down.
+            assert decision.desired_replicas >= fleet.current_replicas, decision.reason
 
 
 mixes = st.tuples(readings, readings, readings)
 
 
 @EXAMPLES
-@given(raw=specs, fleet=fleets, forecast=optional(forecast_values), mix=mixes)
+@given(raw=specs, fleet=fleet_states, forecast=optional(forecast_values), mix=mixes)
 def test_every_generated_spec_plans_or_is_refused_with_a_message(
     raw: dict[str, Any], fleet: FleetState, forecast: Forecast | None, mix: Any
 ) -> None:
@@ -304,7 +330,7 @@ _BLIND = FleetState(current_replicas=3, observed_requests_per_second=None)
 @given(
     model=models,
     schedules=st.lists(windows, min_size=1, max_size=2),
-    fleet=fleets,
+    fleet=fleet_states,
     forecast=optional(forecast_values),
     mix=mixes,
 )
@@ -319,6 +345,35 @@ def test_models_and_windows_on_an_otherwise_valid_pool(
     (so the search is not spent on specs refused for a simpler reason)."""
     _planned({**_valid_base(), "model": model}, fleet, forecast, mix)
     _planned({**_valid_base(), "maxReplicas": 100, "schedules": schedules}, fleet, forecast, mix)
+
+
+@EXAMPLES
+@given(
+    prefill=role_specs,
+    decode=role_specs,
+    model=models,
+    schedules=st.lists(windows, max_size=2),
+    fleet=fleet_states,
+    forecast=optional(forecast_values),
+    mix=mixes,
+)
+def test_roles_on_an_otherwise_valid_disaggregated_pool(
+    prefill: dict[str, Any],
+    decode: dict[str, Any],
+    model: dict[str, Any],
+    schedules: list[dict[str, Any]],
+    fleet: FleetState,
+    forecast: Forecast | None,
+    mix: Any,
+) -> None:
+    """Generated roles, a generated model (without a pool-wide throughput) and windows on a
+    disaggregated pool: each role plans within its bounds or the pool is refused."""
+    valid = {"target": {"name": "a"}, "tokensPerSecond": 2000}
+    roles = {"prefill": {**valid, **prefill}, "decode": {**decode, "target": {"name": "b"}}}
+    base = {"roles": roles, "model": {"promptTokens": 800, "outputTokens": 200}}
+    _planned(base, fleet, forecast, mix)
+    model = {k: v for k, v in model.items() if k != "tokensPerSecond"}
+    _planned({**base, "model": model, "schedules": schedules}, fleet, forecast, mix)
 
 
 json_values = st.recursive(
