@@ -234,8 +234,9 @@ class Reconciler:
             )
         capacity = self._capacity(spec, role, gathered.snapshot)
         warmup = None
-        if self.prewarm is not None:
-            warmup = await self.prewarm.pool_condition(pool, spec, gathered.workload, previous)
+        prewarm = self.prewarm if role is None else None  # a role's pods are never warmed
+        if prewarm is not None:
+            warmup = await prewarm.pool_condition(pool, spec, gathered.workload, previous)
         examined = external.examine(spec, pool.generation, previous, gathered, now)
         previous = examined.previous
         decision = decide(spec, capacity, gathered, windows, previous, now)
@@ -261,7 +262,7 @@ class Reconciler:
             update={"degradation": degradation.degradation_status(assessment, None)}
         )
         status = external.record(status, spec, examined, change, decision, now, pool.generation)
-        if self.prewarm is not None:
+        if prewarm is not None:
             status = with_prewarm_condition(status, warmup, now, pool.generation)
         if not spec.dry_run:
             await self._capacity_event(pool, role, previous, status)
