@@ -100,6 +100,15 @@ def test_status_patch_clears_removed_fields() -> None:
     assert patch["desiredReplicas"] == 2
 
 
+def test_status_patch_clears_removed_fields_inside_nested_objects() -> None:
+    """A merge patch merges objects: a key gone from a role's status must be nulled there."""
+    before = {"roles": {"decode": {"desiredReplicas": 3, "externalChange": {"from": 1}}}}
+    status = InferencePoolStatus.model_validate({"roles": {"decode": {"desiredReplicas": 4}}})
+    patch = status_patch(before, status)
+    decode = patch["roles"]["decode"]
+    assert (decode["desiredReplicas"], decode["externalChange"]) == (4, None)
+
+
 def test_condition_model_rejects_unknown_types() -> None:
     with pytest.raises(ValueError, match="type"):
         Condition.model_validate(

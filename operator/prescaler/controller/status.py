@@ -267,10 +267,19 @@ def merge_conditions(
 
 
 def status_patch(previous: dict[str, Any], status: InferencePoolStatus) -> dict[str, Any]:
-    """A merge patch that turns ``previous`` into ``status`` (removed keys set to null)."""
-    wire = status.wire()
-    patch: dict[str, Any] = {key: None for key in previous if key not in wire}
-    patch.update(wire)
+    """A merge patch that turns ``previous`` into ``status``: keys that are gone are set to
+    null at every depth (a merge patch merges nested objects, so a key left out of a nested
+    object, such as a role's ``externalChange``, would otherwise stay)."""
+    return _merge_patch(previous, status.wire())
+
+
+def _merge_patch(previous: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
+    patch: dict[str, Any] = {key: None for key in previous if key not in new}
+    for key, value in new.items():
+        old = previous.get(key)
+        if isinstance(old, dict) and isinstance(value, dict):
+            value = _merge_patch(old, value)
+        patch[key] = value
     return patch
 
 
