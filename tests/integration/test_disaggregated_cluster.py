@@ -1,7 +1,8 @@
 """A disaggregated pool on the cluster: two Deployments, per-role series in a real Prometheus.
 
 The prefill and decode pods export the same vLLM metric names, told apart by a ``role``
-label (each role's ``selector``). The backfill reaches minutes into the future, so "now"
+label (each role's ``selector``), and their pods start at different speeds (each role
+measures its own cold start). The backfill reaches minutes into the future, so "now"
 is set in advance: long documents first (prompt tokens six times the usual, output
 unchanged), then short prompts with long outputs. Each role must follow its own
 bottleneck: prefill grows in the first phase while decode stays, decode grows in the
@@ -79,7 +80,7 @@ def pd_spec(prometheus: Prometheus, namespace: str) -> dict[str, Any]:
         "minReplicas": 1,
         "maxReplicas": 6,
         "model": {"promptTokens": USUAL[0], "outputTokens": USUAL[1]},
-        "coldStart": {"mode": "fixed", "seconds": 5, "marginSeconds": 0},
+        "coldStart": {"mode": "auto", "seconds": 5, "marginSeconds": 0},
         # Released capacity stays for the test's length: a role that moved stays moved.
         "scaleDown": {"stabilizationSeconds": 3600},
         "forecast": {
@@ -116,8 +117,9 @@ def test_each_role_scales_on_its_own_bottleneck(
     prometheus: Prometheus,
 ) -> None:
     k = Kube(kube, namespace)
-    for name in ("llm-prefill", "llm-decode"):
-        k.create_deployment(gpu_deployment(name, 1, ready_delay="1s"))
+    # Decode replicas take longer to start; each role measures its own.
+    k.create_deployment(gpu_deployment("llm-prefill", 1, ready_delay="1s"))
+    k.create_deployment(gpu_deployment("llm-decode", 1, ready_delay="20s"))
     now = time.time()
     # Long documents from an hour ago until `essays`, then short prompts, long outputs.
     essays = now + 240
@@ -158,3 +160,7 @@ def test_each_role_scales_on_its_own_bottleneck(
     assert status["roleSummary"].startswith("prefill 3/3 ")
     ready = next(c for c in status["conditions"] if c["type"] == "Ready")
     assert ready["status"] == "True"
+    prefill_start, decode_start = (status["roles"][r]["coldStart"] for r in ("prefill", "decode"))
+    assert prefill_start["source"] == decode_start["source"] == "measured"
+    assert decode_start["p90Seconds"] >= 20
+    assert prefill_start["p90Seconds"] < decode_start["p90Seconds"]

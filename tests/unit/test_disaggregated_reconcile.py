@@ -111,6 +111,9 @@ def test_each_role_is_scaled_on_its_own_tokens_and_reported_per_role() -> None:
     assert event.startswith("prefill: replicas of Deployment llm-prefill: 1 -> 4 (schedule)")
     prefill, decode = status["roles"]["prefill"], status["roles"]["decode"]
     assert (prefill["desiredReplicas"], decode["desiredReplicas"]) == (4, 1)
+    # The cold start is each role's own (here fixed), as are the plan and its bottleneck.
+    assert prefill["coldStart"]["source"] == decode["coldStart"]["source"] == "fixed"
+    assert "prompt tok/s" not in decode["plan"]["reason"]
     assert status["desiredReplicas"] == 5
     assert status["roleSummary"] == "prefill 1/4 schedule, decode 1/1 schedule"
     assert status["degradation"]["level"] in ("normal", "warning", "critical")
