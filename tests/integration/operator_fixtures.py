@@ -166,6 +166,22 @@ def collect_leaks(what: str) -> None:
         pytest.fail(f"{what} left {len(leaks)} resource(s) open: " + "; ".join(leaks[:3]))
 
 
+@contextmanager
+def chart_operator(
+    cluster: LocalCluster,
+    namespace: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    **reconcile: Any,
+) -> Iterator[Metrics]:
+    """The operator as the Helm chart runs it (its ServiceAccount, RBAC and Lease), with
+    reconcile settings of the test's (``running_operator``'s keywords)."""
+    with chart_identity(cluster, namespace, tmp_path) as identity:
+        monkeypatch.setenv("KUBECONFIG", str(identity.kubeconfig))  # kopf's own login
+        with running_operator(cluster, namespace, identity, **reconcile) as metrics:
+            yield metrics
+
+
 @pytest.fixture(name="operator")
 def operator_fixture(
     cluster: LocalCluster,
@@ -177,10 +193,8 @@ def operator_fixture(
     """The operator on the test namespace with a 1 s timer, as the Helm chart runs it: under
     the chart's ServiceAccount and RBAC for that namespace (a rule it lacks fails the test),
     leader on the chart's Lease."""
-    with chart_identity(cluster, namespace, tmp_path) as identity:
-        monkeypatch.setenv("KUBECONFIG", str(identity.kubeconfig))  # kopf's own login
-        with running_operator(cluster, namespace, identity) as metrics:
-            yield metrics
+    with chart_operator(cluster, namespace, tmp_path, monkeypatch) as metrics:
+        yield metrics
 
 
 # ---------------------------------------------------------------------- objects

@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Sequence
-from contextlib import AbstractContextManager, contextmanager
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
@@ -31,9 +31,9 @@ from cluster.prometheus import (
     gauge_from_values,
     vllm_samples,
 )
-from integration.chart_rbac import chart_identity
 from integration.operator_fixtures import (  # noqa: F401 (fixtures)
     Kube,
+    chart_operator,
     crd_fixture,
     recorded,
     running_operator,
@@ -109,14 +109,6 @@ def pool_spec(prometheus: Prometheus, namespace: str, **extra: Any) -> dict[str,
     return spec
 
 
-@contextmanager
-def operator(cluster: LocalCluster, namespace: str, tmp_path: Path, mp: pytest.MonkeyPatch):  # type: ignore[no-untyped-def]
-    with chart_identity(cluster, namespace, tmp_path) as identity:
-        mp.setenv("KUBECONFIG", str(identity.kubeconfig))  # kopf's own login
-        with running_operator(cluster, namespace, identity, rate_window="30s") as metrics:
-            yield metrics
-
-
 def config_map_levels(k: Kube, name: str) -> AbstractContextManager[list[str]]:
     """Polls the ConfigMap until the block ends; yields the levels it showed, in order,
     each change once."""
@@ -160,7 +152,7 @@ def test_queue_kv_and_ttft_raise_the_level_and_it_falls_back_after_the_hold(
         slow=[bool(x) for x in _phase(times, [ttft], 1.0, 0.0)],
     )
     prometheus.backfill(samples)
-    with operator(cluster, namespace, tmp_path, monkeypatch):
+    with chart_operator(cluster, namespace, tmp_path, monkeypatch, rate_window="30s"):
         k.create_pool("chat", pool_spec(prometheus, namespace))
         with config_map_levels(k, "chat-degradation") as shown:
             wait_for(
@@ -234,7 +226,7 @@ def test_a_forecast_shortfall_alone_raises_warning_before_the_demand_arrives(
         {"model": "seasonal_naive", "lookbackSeconds": 2 * day, "stepSeconds": step,
          "horizonSeconds": 900, "quantile": 0.9}
     )  # fmt: skip
-    with operator(cluster, namespace, tmp_path, monkeypatch):
+    with chart_operator(cluster, namespace, tmp_path, monkeypatch, rate_window="30s"):
         k.create_pool("chat", spec)
         wait_for(
             lambda: (k.status("chat").get("degradation") or {}).get("level") == "normal",

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -22,8 +23,8 @@ from cluster.objects import gpu_deployment
 from cluster.prometheus import Prometheus, Sample, counter_from_rate
 from integration.operator_fixtures import (  # noqa: F401 (fixtures)
     Kube,
+    chart_operator,
     crd_fixture,
-    running_operator,
     wait_for,
 )
 
@@ -115,6 +116,8 @@ def test_each_role_scales_on_its_own_bottleneck(
     kube: Any,
     namespace: str,
     prometheus: Prometheus,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
 ) -> None:
     k = Kube(kube, namespace)
     # Decode replicas take longer to start; each role measures its own.
@@ -128,12 +131,21 @@ def test_each_role_scales_on_its_own_bottleneck(
         role_series(namespace, "prefill", times, essays)
         + role_series(namespace, "decode", times, essays)
     )
-    with running_operator(cluster, namespace, rate_window="30s"):
+    with chart_operator(cluster, namespace, tmp_path, monkeypatch, rate_window="30s"):
         k.create_pool("pd", pd_spec(prometheus, namespace))
         # 2 x 5000 = 10,000 prompt tok/s over 4,000: three prefill replicas; decode's
         # 2 x 150 = 300 output tok/s fit in one.
         wait_for(lambda: replicas(k, "llm-prefill") == 3, 120, "prefill at 3")
-        status = k.status("pd")
+        # The status is written after the scale it records.
+        status = wait_for(
+            lambda: (
+                (s := k.status("pd")).get("roles", {}).get("prefill", {}).get("desiredReplicas")
+                == 3
+                and s
+            ),
+            60,
+            "the status of prefill at 3",
+        )
         assert time.time() < essays, "the operator started too late for the first phase"
         assert replicas(k, "llm-decode") == 1
         assert scaled(k, "decode") == []
