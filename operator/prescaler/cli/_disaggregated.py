@@ -109,18 +109,16 @@ def role_prepared(args: argparse.Namespace, prep: Prepared, role: Role) -> Prepa
     demand = role_demand(prep.trace, role)
     if args.max_minutes is not None:
         demand = demand.head(min(args.max_minutes, len(demand)))
-    demand = demand.with_replay_days(args.replay_days)
-    if prep.demand_scale != 1.0:
-        demand = demand.scaled(prep.demand_scale)
+    demand = demand.with_replay_days(args.replay_days).scaled(prep.demand_scale)
     capacity = role_capacity_model(args, prep, role)
     replica_tps = capacity.replica_tokens_per_second
     peak = float(demand.replay_tokens_per_s.max())
     peak_need = max(1, int(replicas_needed(np.array([peak]), replica_tps)[0]))
-    config = replace(
-        prep.config,
-        replica_tokens_per_second=replica_tps,
-        max_replicas=args.max_replicas if args.max_replicas is not None else 2 * peak_need,
-    )
+    top = args.max_replicas
+    if top is None:
+        # A small role (decode of short outputs) may need fewer than the shared minimum.
+        top = max(2 * peak_need, prep.config.min_replicas)
+    config = replace(prep.config, replica_tokens_per_second=replica_tps, max_replicas=top)
     return replace(prep, demand=demand, capacity=capacity, config=config, spans=[])
 
 
