@@ -13,6 +13,8 @@ import pytest
 
 from prescaler.api import parse_spec, role_view, scaling_policy
 from prescaler.backtest import (
+    BacktestResult,
+    Demand,
     DisaggregatedResult,
     FleetConfig,
     Observation,
@@ -24,7 +26,7 @@ from prescaler.backtest import (
     time_shared_tokens_per_second,
 )
 from prescaler.backtest.traces import Trace
-from prescaler.capacity import ROLES, CapacityModel, TokenProfile, role_capacity
+from prescaler.capacity import ROLES, CapacityModel, Role, TokenProfile, role_capacity
 from prescaler.cli import backtest as cli_backtest
 from prescaler.cli import main
 from prescaler.cli._disaggregated import role_tokens_per_second, roles_spec
@@ -108,9 +110,7 @@ class _Fixed:
         return self.replicas
 
 
-def _role_demand(tokens: list[float]) -> Any:
-    from prescaler.backtest import Demand
-
+def _role_demand(tokens: list[float]) -> Demand:
     values = np.asarray(tokens, dtype=float)
     return Demand(START, values, values.copy(), prompt_tokens=1.0, output_tokens=0.0)
 
@@ -118,16 +118,17 @@ def _role_demand(tokens: list[float]) -> Any:
 def test_both_roles_score_as_one_fleet() -> None:
     prefill = _role_demand([1500, 500, 500, 500])
     decode = _role_demand([250, 50, 250, 50])
-    results = {}
-    capacities = {}
-    for role, demand, cap, replicas in (
+    results: dict[Role, BacktestResult] = {}
+    capacities: dict[Role, CapacityModel] = {}
+    roles: tuple[tuple[Role, Demand, float, int], ...] = (
         ("prefill", prefill, 1000.0, 1),
         ("decode", decode, 100.0, 2),
-    ):
+    )
+    for role, demand, cap, replicas in roles:
         config = FleetConfig(cap, cold_start_seconds=0, max_replicas=10, gpus_per_replica=2)
         results[role] = run_backtest(demand, [_Fixed(replicas)], config)
         capacities[role] = role_capacity(role, TokenProfile(1, 1), tokens_per_second=cap)
-    combined = DisaggregatedResult(results, capacities).scores()["fixed"]  # type: ignore[arg-type]
+    combined = DisaggregatedResult(results, capacities).scores()["fixed"]
     # Minutes 0 (both roles) and 2 (decode): a minute short in both counts once.
     assert combined.shortfall_minutes == 2
     assert sum(r.scores["fixed"].shortfall_minutes for r in results.values()) == 3
@@ -145,13 +146,13 @@ def test_both_roles_score_as_one_fleet() -> None:
 
 def test_both_roles_must_replay_the_same_minutes() -> None:
     config = FleetConfig(1000.0, cold_start_seconds=0)
-    results = {
+    results: dict[Role, BacktestResult] = {
         "prefill": run_backtest(_role_demand([1, 2, 3]), [_Fixed(1)], config),
         "decode": run_backtest(_role_demand([1, 2]), [_Fixed(1)], config),
     }
     capacity = role_capacity("prefill", TokenProfile(1, 1), tokens_per_second=1000)
     with pytest.raises(ValueError, match="different minutes"):
-        DisaggregatedResult(results, dict.fromkeys(ROLES, capacity))  # type: ignore[arg-type]
+        DisaggregatedResult(results, dict.fromkeys(ROLES, capacity))
 
 
 def test_a_role_hands_the_planner_its_queue_as_requests_of_its_own_tokens() -> None:
@@ -237,7 +238,7 @@ class _Fleet:
 
 def test_each_roles_predictive_policy_is_the_role_view_of_a_pool_that_sets_nothing() -> None:
     mix = TokenProfile(1000.0, 100.0)
-    fleets: dict[str, Any] = {
+    fleets: dict[Role, Any] = {
         "prefill": _Fleet(
             FleetConfig(20_000, 240, max_replicas=12),
             role_capacity("prefill", mix, tokens_per_second=20_000),

@@ -32,8 +32,6 @@ def check_args(args: argparse.Namespace, windows: list[Any]) -> None:
             "per-request token columns (--format azure or requests), not "
             f"{args.trace_format!r}"
         )
-    if args.token_mix is not None:
-        raise CliError("--disaggregated: the trace's own token columns are replayed, not a mix")
     if args.standby_max_replicas:
         raise CliError(
             "--disaggregated: warm standby (--standby-max-replicas) is for unified pools; "
