@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import json
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -187,3 +188,67 @@ def test_predictive_cannot_see_the_future(model: str) -> None:
                                   runs[1].existing_per_step[:upto])
     # ... and the surge is visible soon after: the runs do diverge.
     assert runs[1].existing_per_step[-1] > runs[0].existing_per_step[-1]
+
+
+@needs_traces
+def test_cli_azure_disaggregated_against_the_unified_pool(tmp_path: Path) -> None:
+    """Both roles of the conversation trace's first ~3000 requests (10x slower), decode on
+    the KV cache of Llama-3.1-8B, next to the unified pool that time-shares them."""
+    piece = _head(AZURE_CONV, tmp_path / "az.csv", 3001)
+    args = [
+        "--trace", str(piece), "--format", "azure", "--time-scale", "10",
+        "--cold-start-seconds", "240", "--policies", "reactive,predictive,oracle",
+        "--scale-to-peak-replicas", "10", "--model", "llama-3.1-8b", "--gpu-memory-gib", "80",
+        "--score-span", "name=late,start=2023-11-16T19:00,end=2023-11-17T00:00",
+    ]  # fmt: skip
+    policies = ["reactive", "predictive", "oracle"]
+    plain, plain_tl = _run(tmp_path, *args)
+    body, tl = _run(tmp_path, *args, "--disaggregated")
+
+    # The unified pool is the run without the flag: the brief's JSON and columns, unchanged
+    # (with equal role throughputs the time-shared replica is the unified one).
+    unified_columns = list(plain_tl.columns)
+    _check_contract(plain, plain_tl, policies)
+    pd.testing.assert_frame_equal(tl[unified_columns], plain_tl)
+    for key in ("policies", "spans", "replica_tokens_per_s", "max_replicas", "ratios"):
+        assert body[key] == plain[key]
+    d: dict[str, Any] = body["disaggregated"]  # type: ignore[assignment]
+    assert d["unified_tokens_per_second"] == 20000
+
+    # Each role replays its own tokens: together, the unified demand.
+    np.testing.assert_allclose(
+        tl["prefill_demand_tokens_per_s"] + tl["decode_demand_tokens_per_s"],
+        tl["demand_tokens_per_s"],
+    )
+    roles = d["roles"]
+    assert (roles["prefill"]["unit"], roles["decode"]["unit"]) == ("prompt tok/s", "output tok/s")
+    assert roles["prefill"]["capacity_constraint"] == "compute"
+    assert roles["decode"]["capacity_constraint"] == "memory"  # the KV cache, not 20000 tok/s
+    assert roles["decode"]["replica_tokens_per_s"] < 20000
+    for role in ("prefill", "decode"):
+        own = roles[role]["policies"]
+        cap = tl[f"{role}_replica_tokens_per_s"]
+        for name in policies:
+            ready = tl[f"{role}_{name}_ready"]
+            short = ready * cap < tl[f"{role}_demand_tokens_per_s"]
+            assert own[name]["shortfall_minutes"] == short.sum()
+            assert (ready <= tl[f"{role}_{name}_desired"]).all()
+        assert own["oracle"]["shortfall_minutes"] == 0
+
+    # Both roles as one fleet, against the unified pool.
+    for name in policies:
+        both = d["policies"][name]
+        per_role = [roles[r]["policies"][name] for r in ("prefill", "decode")]
+        assert both["gpu_hours"] == pytest.approx(sum(p["gpu_hours"] for p in per_role))
+        assert max(p["shortfall_minutes"] for p in per_role) <= both["shortfall_minutes"]
+        assert both["shortfall_minutes"] <= sum(p["shortfall_minutes"] for p in per_role)
+        fractions = [p["unserved_token_fraction"] for p in per_role]
+        assert min(fractions) <= both["unserved_token_fraction"] <= max(fractions)
+        unified = body["policies"][name]  # type: ignore[index]
+        assert both["gpu_hours_over_unified"] == pytest.approx(
+            both["gpu_hours"] / unified["gpu_hours"]
+        )
+        assert set(d["spans"]["late"][name]) == KEYS
+    # Decode is bound by its KV cache: even with perfect foresight the pair needs more GPUs
+    # than unified replicas, which compute prompts beside their decodes.
+    assert d["policies"]["oracle"]["gpu_hours_over_unified"] > 1

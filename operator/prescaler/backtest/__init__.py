@@ -2,7 +2,8 @@
 
 Module map:
 
-* ``_demand``   - trace -> per-minute demand (tokens/s truth, observed requests/s)
+* ``_demand``   - trace -> per-minute demand (tokens/s truth, observed requests/s), for a
+  unified fleet or one role of a disaggregated one (its prompt or output tokens/s)
 * ``_fleet``    - replicas that become ready one cold start after they are requested, and
   warm standby slots that shorten it
 * ``_policies`` - reactive (HPA v2), predictive (the operator's planner), oracle, schedule-only,
@@ -11,9 +12,11 @@ Module map:
 * ``_levels``   - each fleet's degradation levels (the operator's assessment) and how early
   the forecast warned before the queue
 * ``_report``   - several policies at once, JSON, CSV and plots
+* ``_roles``    - a disaggregated fleet: both roles' replays scored as one, and the
+  time-shared unified replica it is compared with
 """
 
-from prescaler.backtest._demand import Demand, demand_from_trace
+from prescaler.backtest._demand import Demand, demand_from_trace, role_demand
 from prescaler.backtest._fleet import Fleet, cold_start_steps, replicas_needed, short_of
 from prescaler.backtest._levels import (
     DegradationRun,
@@ -44,6 +47,11 @@ from prescaler.backtest._report import (
     write_plots,
     write_timeline,
 )
+from prescaler.backtest._roles import (
+    DisaggregatedResult,
+    DisaggregatedScore,
+    time_shared_tokens_per_second,
+)
 from prescaler.backtest._simulate import (
     FleetConfig,
     FleetSignals,
@@ -61,6 +69,8 @@ __all__ = [
     "DegradationRun",
     "DegradationSetup",
     "Demand",
+    "DisaggregatedResult",
+    "DisaggregatedScore",
     "Fleet",
     "FleetConfig",
     "FleetSignals",
@@ -84,6 +94,7 @@ __all__ = [
     "oracle_replicas",
     "plot_paths",
     "replicas_needed",
+    "role_demand",
     "run_backtest",
     "score",
     "short_of",
@@ -91,6 +102,7 @@ __all__ = [
     "smoothed_demand",
     "smoothed_oracle_replicas",
     "span_score",
+    "time_shared_tokens_per_second",
     "timeline",
     "worst_ramp",
     "write_plots",

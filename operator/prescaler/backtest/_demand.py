@@ -8,6 +8,7 @@ import numpy as np
 import pandas as pd
 
 from prescaler.backtest.traces import Trace
+from prescaler.capacity import Role
 
 FloatArray = np.ndarray
 
@@ -103,18 +104,26 @@ def _fill_gaps(values: FloatArray) -> FloatArray:
     return np.asarray(np.interp(idx, idx[ok], values[ok]), dtype=float)
 
 
-def demand_from_trace(
-    trace: Trace,
-    *,
-    prompt_tokens: float | None = None,
-    output_tokens: float | None = None,
-) -> Demand:
-    """Per-minute demand from a trace.
+@dataclass(frozen=True)
+class _Minutes:
+    """A trace per minute, as both demands are built from it."""
 
-    Token lengths come from the trace when it has them, else from ``prompt_tokens`` and
-    ``output_tokens``. Collection gaps (NaN) are interpolated for the simulated truth, and
-    stay NaN in what the policies observe.
-    """
+    start: float
+    rps: FloatArray
+    """Requests/s, NaN in the collection gaps."""
+    gaps: FloatArray
+    prompt: FloatArray
+    """Mean prompt tokens per request in each minute."""
+    output: FloatArray
+    mean_prompt: float
+    """Request-weighted over the trace."""
+    mean_output: float
+    context_p95: float | None
+
+
+def _minutes(
+    trace: Trace, prompt_tokens: float | None = None, output_tokens: float | None = None
+) -> _Minutes:
     minute = trace.resample(MINUTE)
     rps = np.asarray(minute.rps, dtype=float)
     gaps = ~np.isfinite(rps)
@@ -127,14 +136,59 @@ def demand_from_trace(
     mean_output = float(np.sum(weights * output) / total)
     if mean_prompt + mean_output <= 0:
         raise ValueError("requests in the trace carry no tokens")
-    tokens = _fill_gaps(np.where(gaps, np.nan, rps * (prompt + output)))
-    observed = np.where(gaps, np.nan, tokens / (mean_prompt + mean_output))
+    return _Minutes(
+        minute.start, rps, gaps, prompt, output, mean_prompt, mean_output, minute.context_p95
+    )
+
+
+def demand_from_trace(
+    trace: Trace,
+    *,
+    prompt_tokens: float | None = None,
+    output_tokens: float | None = None,
+) -> Demand:
+    """Per-minute demand from a trace.
+
+    Token lengths come from the trace when it has them, else from ``prompt_tokens`` and
+    ``output_tokens``. Collection gaps (NaN) are interpolated for the simulated truth, and
+    stay NaN in what the policies observe.
+    """
+    m = _minutes(trace, prompt_tokens, output_tokens)
+    tokens = _fill_gaps(np.where(m.gaps, np.nan, m.rps * (m.prompt + m.output)))
+    observed = np.where(m.gaps, np.nan, tokens / (m.mean_prompt + m.mean_output))
     return Demand(
-        start=minute.start,
+        start=m.start,
         tokens_per_s=tokens,
         observed_requests_per_s=observed,
-        prompt_tokens=mean_prompt,
-        output_tokens=mean_output,
-        context_p95=minute.context_p95,
+        prompt_tokens=m.mean_prompt,
+        output_tokens=m.mean_output,
+        context_p95=m.context_p95,
+        name=trace.name,
+    )
+
+
+def role_demand(trace: Trace, role: Role) -> Demand:
+    """One role of a disaggregated fleet's per-minute demand: the prompt tokens/s arriving
+    (prefill) or the output tokens/s (decode), from the same requests, minutes and gaps as
+    :func:`demand_from_trace` (the two roles' demands add up to its demand).
+
+    It counts as :func:`prescaler.capacity.role_capacity` does: one "request" is one token
+    of the role's kind (``prompt_tokens`` 1 and ``output_tokens`` 0 for prefill, the other
+    way round for decode), so what the policies observe is the role's token rate itself,
+    as the role's engines count it. The trace needs per-request token lengths: a role's
+    share of the tokens is what the replay is about, so no default stands in for it.
+    """
+    if not trace.has_tokens:
+        raise ValueError("a role's demand needs a trace with per-request token lengths")
+    m = _minutes(trace)
+    per_request = m.prompt if role == "prefill" else m.output
+    tokens = _fill_gaps(np.where(m.gaps, np.nan, m.rps * per_request))
+    return Demand(
+        start=m.start,
+        tokens_per_s=tokens,
+        observed_requests_per_s=np.where(m.gaps, np.nan, tokens),
+        prompt_tokens=1.0 if role == "prefill" else 0.0,
+        output_tokens=0.0 if role == "prefill" else 1.0,
+        context_p95=m.context_p95,
         name=trace.name,
     )

@@ -293,7 +293,8 @@ class ScheduleOnlyPolicy:
                     if occ.min_replicas is not None:
                         want = max(want, occ.min_replicas)
                     if occ.expected_requests_per_second is not None:
-                        need = self.capacity.required(occ.expected_requests_per_second)
+                        load = occ.expected_requests_per_second * self.capacity.unit.per_request
+                        need = self.capacity.required(load)
                         want = max(want, need.replicas)
         return min(want, self.max_replicas)
 
@@ -357,6 +358,11 @@ class PredictivePolicy:
     count it twice. The backlog itself (``waiting_requests``) is the simulated fleet's
     queue, as old as the demand observation, in requests of the capacity model's mean
     size; the planner drains it within the lookahead as it does in the operator.
+
+    A disaggregated role (``capacity`` from :func:`prescaler.capacity.role_capacity`) is
+    planned the same way on its own tokens: it observes and forecasts its token rate (the
+    capacity's unit), and its queue of tokens is handed over as the requests its engines
+    would count waiting, at the role's mean tokens per request.
     """
 
     forecaster: Forecaster
@@ -381,6 +387,13 @@ class PredictivePolicy:
     @property
     def interval_seconds(self) -> float:
         return self.interval
+
+    @property
+    def _tokens_per_request(self) -> float:
+        """Simulated tokens per request of the traffic: the capacity model's tokens per
+        "request" (all of a unified pool's; one for a disaggregated role, which counts its
+        own tokens) times its unit's requests (one; a role's mean tokens per request)."""
+        return self.capacity.tokens.tokens_per_request * self.capacity.unit.per_request
 
     @property
     def last_forecast(self) -> ForecastLike | None:
@@ -414,9 +427,7 @@ class PredictivePolicy:
             recent_targets=state.recent_targets,
             observed_requests_per_second=observed,
             waiting_requests=(
-                None
-                if obs.queue_tokens is None
-                else obs.queue_tokens / self.capacity.tokens.tokens_per_request
+                None if obs.queue_tokens is None else obs.queue_tokens / self._tokens_per_request
             ),
         )
         decision = plan(

@@ -112,14 +112,18 @@ def capacity_from_args(
     output_tokens: float | None = None,
     context_tokens: int | None = None,
     default_headroom: float = 1.0,
+    tokens_per_second: float | None = None,
 ) -> CapacityModel:
-    """A capacity model from the flags; explicit token values (e.g. from a trace) win."""
+    """A capacity model from the flags; explicit token values (e.g. from a trace) win, and
+    so does an explicit ``tokens_per_second`` (a replica derived from other measurements)."""
     prompt = prompt_tokens if prompt_tokens is not None else getattr(args, "prompt_tokens", None)
     output = output_tokens if output_tokens is not None else getattr(args, "output_tokens", None)
     if prompt is None or output is None:
         raise CliError("--prompt-tokens and --output-tokens are required for this input")
     context = args.context_tokens if args.context_tokens is not None else context_tokens
-    if args.replica_tokens_per_second is None:
+    if tokens_per_second is None:
+        tokens_per_second = args.replica_tokens_per_second
+    if tokens_per_second is None:
         raise CliError("--replica-tokens-per-second is required (measure it on the engine)")
     replica = replica_from_args(args)
     try:
@@ -130,7 +134,7 @@ def capacity_from_args(
         return CapacityModel(
             tokens=tokens,
             replica=replica,
-            tokens_per_second=args.replica_tokens_per_second,
+            tokens_per_second=tokens_per_second,
             headroom=headroom,
         )
     except ValueError as exc:

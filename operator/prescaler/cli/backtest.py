@@ -45,6 +45,42 @@ policy's JSON has ``degradation``: ``minutes`` at each level, ``queue_only_minut
 queue signal alone) and ``lead`` (how early the forecast-shortfall signal warned before the
 queue-only level rose). The timeline's columns are unchanged.
 
+Disaggregated prefill/decode (``--disaggregated``, traces with per-request token columns:
+``azure`` and ``requests``): the trace's prompt tokens/s and output tokens/s are also
+replayed apart, as a prefill fleet and a decode fleet, each under every ``--policies``
+policy on its own tokens. Each role's predictive policy runs the planner and forecaster of
+a disaggregated pool's role (``spec.roles``, at the spec's defaults), on its own forecast
+of its own token rate and the role's capacity: a prefill replica processes
+``--prefill-replica-tokens-per-second`` prompt tokens/s (compute); a decode replica
+generates ``--decode-replica-tokens-per-second`` output tokens/s, or fewer when the KV
+cache of ``--model`` holds fewer requests than that at ``--decode-tokens-per-second``
+each (Little's law). Both default to ``--replica-tokens-per-second``: the capacity model
+costs a prompt token and an output token alike, so a replica doing only one of them serves
+that many. Both roles have the pool's cold start, ``--min-replicas``, ``--gpus-per-replica``
+and ``--max-replicas`` (default: twice what the role's peak minute needs).
+
+The unified pool (the top-level JSON and the timeline's first columns, exactly as without
+the flag) is then the replica that time-shares the two: a request costs it
+``prompt / P + output / D`` seconds, a compute limit of ``(prompt + output) / (prompt / P
++ output / D)`` tokens/s on the trace's mean mix (``P = D``: that value itself), and it
+has the same KV-cache limit. The JSON gains ``disaggregated``:
+
+* ``unified_tokens_per_second``: that unified compute limit;
+* ``policies.<policy>``: both roles together: ``shortfall_minutes`` (minutes in which
+  either role is short), ``unserved_token_fraction`` (prefill's unserved prompt tokens plus
+  decode's unserved output tokens, over all prompt and output tokens), ``gpu_hours`` (both
+  roles' replicas x GPUs x hours), ``scale_events`` (both roles') and
+  ``gpu_hours_over_unified``;
+* ``roles.<prefill|decode>``: the role's ``unit``, ``tokens_per_second`` (its throughput
+  flag), ``replica_tokens_per_s`` (its effective capacity in its own tokens),
+  ``capacity_constraint``, ``mean_tokens_per_request``, GPUs, bounds, peak demand, and
+  ``policies`` with each policy's full scores on the role's own tokens;
+* ``spans.<name>.<policy>``: both roles' scores in each ``--score-span``.
+
+The timeline gains, per role, ``<role>_demand_tokens_per_s``, ``<role>_replica_tokens_per_s``
+(in the role's own tokens), then ``<role>_<policy>_ready`` and ``<role>_<policy>_desired``.
+Degradation levels, plots and warm standby are the unified pool's only.
+
 The reported numbers and the benchmark command are in ``benchmarks/README.md``.
 """
 
@@ -313,6 +349,44 @@ def register(subparsers: Any) -> None:
         "'name=launch,start=2024-01-03T12:00,end=2024-01-03T14:00,rps=900'",
     )
 
+    roles = parser.add_argument_group(
+        "disaggregated prefill/decode",
+        "--disaggregated also replays the trace's prompt tokens/s and output tokens/s as a "
+        "prefill and a decode fleet, each role planned as a disaggregated pool's role on its "
+        "own forecast of its own tokens, under every --policies policy. The unified pool "
+        "(top-level JSON, first timeline columns) is then the replica that time-shares both "
+        "roles: a request costs it prompt/P + output/D seconds, with the same KV-cache limit. "
+        "The JSON gains 'disaggregated': unified_tokens_per_second (that replica's compute "
+        "limit); policies.<policy> over both roles: shortfall_minutes (either role short), "
+        "unserved_token_fraction (prefill's unserved prompt tokens plus decode's unserved "
+        "output tokens, over all tokens), gpu_hours, scale_events, gpu_hours_over_unified; "
+        "roles.<prefill|decode>: the role's capacity and each policy's scores in its own "
+        "tokens; spans.<name> for each --score-span. The timeline gains, per role, "
+        "<role>_demand_tokens_per_s, <role>_replica_tokens_per_s, then <role>_<policy>_ready "
+        "and <role>_<policy>_desired.",
+    )
+    roles.add_argument(
+        "--disaggregated",
+        action="store_true",
+        help="also replay a disaggregated prefill/decode fleet (traces with per-request "
+        "token columns: azure, requests)",
+    )
+    roles.add_argument(
+        "--prefill-replica-tokens-per-second",
+        type=positive_float,
+        metavar="P",
+        help="measured prompt tokens/s of one prefill replica (default: "
+        "--replica-tokens-per-second, a prompt token costing what the unified model costs it)",
+    )
+    roles.add_argument(
+        "--decode-replica-tokens-per-second",
+        type=positive_float,
+        metavar="D",
+        help="measured output tokens/s of one decode replica at --decode-tokens-per-second per "
+        "request; the KV-cache limit of --model applies on top (default: "
+        "--replica-tokens-per-second)",
+    )
+
     out = parser.add_argument_group("output")
     out.add_argument("--json", type=Path, metavar="OUT.json", dest="json_out")
     out.add_argument(
@@ -434,6 +508,8 @@ class Prepared:
     windows: list[Any]
     spans: list[Any]
     standby_max: int
+    demand_scale: float = 1.0
+    """The factor ``--scale-to-peak-replicas`` multiplied the trace's demand by."""
 
 
 def prepare(args: argparse.Namespace) -> Prepared:
@@ -443,6 +519,11 @@ def prepare(args: argparse.Namespace) -> Prepared:
     from prescaler.backtest import FleetConfig, demand_from_trace, replicas_needed
     from prescaler.backtest.traces import TraceError, load_token_mix, load_trace, with_token_mix
 
+    windows = [_parse_window(w) for w in args.window]
+    if args.disaggregated:
+        from prescaler.cli._disaggregated import check_args
+
+        check_args(args, windows)
     try:
         step = args.trace_step_seconds if args.trace_format in ("azure", "requests") else None
         trace = load_trace(
@@ -466,19 +547,28 @@ def prepare(args: argparse.Namespace) -> Prepared:
         demand = demand.head(min(args.max_minutes, len(demand)))
     demand = demand.with_replay_days(args.replay_days)
     context = math.ceil(demand.context_p95) if demand.context_p95 else None
+    tokens_per_second = None
+    if args.disaggregated:
+        from prescaler.cli._disaggregated import unified_tokens_per_second
+
+        # The unified pool it is compared with: one replica doing both roles' work in turn.
+        tokens_per_second = unified_tokens_per_second(args, demand)
     capacity = capacity_from_args(
         args,
         prompt_tokens=demand.prompt_tokens,
         output_tokens=demand.output_tokens,
         context_tokens=context,
         default_headroom=_default("headroom"),
+        tokens_per_second=tokens_per_second,
     )
     replica_tps = capacity.replica_tokens_per_second
     peak = float(demand.replay_tokens_per_s.max())
     if not peak > 0:
         raise CliError("--trace: the trace has no demand")
+    scale = 1.0
     if args.scale_to_peak_replicas is not None:
-        demand = demand.scaled(_peak_factor(peak, args.scale_to_peak_replicas, replica_tps))
+        scale = _peak_factor(peak, args.scale_to_peak_replicas, replica_tps)
+        demand = demand.scaled(scale)
         peak = float(demand.replay_tokens_per_s.max())
     peak_need = max(1, int(replicas_needed(np.array([peak]), replica_tps)[0]))
     max_replicas = args.max_replicas if args.max_replicas is not None else 2 * peak_need
@@ -499,16 +589,18 @@ def prepare(args: argparse.Namespace) -> Prepared:
         config = _with_standby(args, config)
     # The forecaster works at the trace's own resolution (no finer than a minute).
     args.forecast_step = args.forecast_step_seconds or max(60.0, trace.step_seconds)
-    windows = [_parse_window(w) for w in args.window]
     spans = [_parse_span(s) for s in args.score_span]
     if "schedule-only" in args.policies and not windows:
         raise CliError("--policies: schedule-only needs at least one --window")
 
-    return Prepared(trace, demand, capacity, config, windows, spans, standby_max)
+    return Prepared(trace, demand, capacity, config, windows, spans, standby_max, scale)
 
 
-def build_policies(args: argparse.Namespace, prep: Prepared) -> list[Any]:
-    """The policies ``--policies`` names, in order, for this prepared trace."""
+def build_policies(
+    args: argparse.Namespace, prep: Prepared, spec: InferencePoolSpec | None = None
+) -> list[Any]:
+    """The policies ``--policies`` names, in order, for this prepared trace; the predictive
+    one runs ``spec`` (default: :func:`pool_spec` of the prepared fleet)."""
     import numpy as np
 
     from prescaler.backtest import (
@@ -554,7 +646,9 @@ def build_policies(args: argparse.Namespace, prep: Prepared) -> list[Any]:
                 ScheduleOnlyPolicy(windows, capacity, config.min_replicas, config.max_replicas)
             )
         else:
-            policies.append(_predictive(args, demand, capacity, config, windows, PredictivePolicy))
+            policies.append(
+                _predictive(args, demand, capacity, config, windows, PredictivePolicy, spec)
+            )
 
     return policies
 
@@ -588,6 +682,11 @@ def run(args: argparse.Namespace) -> int:
     result = run_backtest(
         demand, policies, config, progress=progress, degradation=degradation_setup(args, prep)
     )
+    roles = None
+    if args.disaggregated:
+        from prescaler.cli._disaggregated import run_roles
+
+        roles = run_roles(args, prep, progress)
     elapsed = time.perf_counter() - started
 
     body = result.to_json(
@@ -600,9 +699,14 @@ def run(args: argparse.Namespace) -> int:
             "wall_seconds": round(elapsed, 3),
             **_reference_settings(args, config, standby_max),
             **({"spans": _span_scores(result, spans)} if spans else {}),
+            **({"disaggregated": _roles_json(roles, result, capacity, spans)} if roles else {}),
         },
     )
-    if args.timeline is not None:
+    if args.timeline is not None and roles is not None:
+        import pandas as pd
+
+        pd.concat([result.timeline(), roles.timeline()], axis=1).to_csv(args.timeline, index=False)
+    elif args.timeline is not None:
         write_timeline(result, args.timeline)
     if args.plot is not None:
         write_plots(result, args.plot, title=args.trace.name)
@@ -611,6 +715,21 @@ def run(args: argparse.Namespace) -> int:
     else:
         print_json(body)
     return 0
+
+
+def _roles_json(
+    roles: Any, unified: Any, capacity: Any, spans: list[tuple[str, float, float]]
+) -> dict[str, Any]:
+    """The JSON's ``disaggregated`` section, with the unified replica it is compared with
+    and both roles' scores in each ``--score-span``."""
+    body: dict[str, Any] = {"unified_tokens_per_second": capacity.throughput}
+    body.update(roles.to_json(unified))
+    if spans:
+        body["spans"] = {
+            name: {n: sc.as_dict() for n, sc in roles.span_scores(start, end).items()}
+            for name, start, end in spans
+        }
+    return body
 
 
 def _peak_factor(peak: float, replicas: int, replica_tps: float) -> float:
@@ -706,8 +825,20 @@ def _reference_settings(args: argparse.Namespace, config: Any, standby_max: int)
 def pool_spec(args: argparse.Namespace, config: Any) -> InferencePoolSpec:
     """The InferencePool a user would apply for this fleet, with only the flags given set:
     every other knob is the spec model's default, exactly as the operator would run it."""
+    return parsed_spec(pool_raw(args, config))
+
+
+def parsed_spec(raw: dict[str, Any]) -> InferencePoolSpec:
     from prescaler.api import SpecError, parse_spec
 
+    try:
+        return parse_spec(raw)
+    except SpecError as exc:
+        raise CliError(str(exc)) from None
+
+
+def pool_raw(args: argparse.Namespace, config: Any) -> dict[str, Any]:
+    """:func:`pool_spec` as the wire dict, before it is parsed."""
     forecast: dict[str, Any] = {"prometheus": {"url": "http://backtest.invalid"}}
     for flag, wire in (
         ("forecast_model", "model"),
@@ -747,10 +878,7 @@ def pool_spec(args: argparse.Namespace, config: Any) -> InferencePoolSpec:
             "imagePrePull": {"enabled": standby_max > 0},
             "placeholders": placeholders,
         }
-    try:
-        return parse_spec(raw)
-    except SpecError as exc:
-        raise CliError(str(exc)) from None
+    return raw
 
 
 def _predictive(
@@ -760,6 +888,7 @@ def _predictive(
     config: Any,
     windows: list[Any],
     predictive_policy: Any,
+    spec: InferencePoolSpec | None = None,
 ) -> Any:
     from dataclasses import replace
 
@@ -767,7 +896,8 @@ def _predictive(
     from prescaler.api import scaling_policy as policy_from_spec
     from prescaler.planning import event_windows
 
-    spec = pool_spec(args, config)
+    if spec is None:
+        spec = pool_spec(args, config)
     assert spec.forecast is not None
     step = args.forecast_step
     margin = spec.cold_start.margin_seconds
