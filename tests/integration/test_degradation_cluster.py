@@ -165,7 +165,14 @@ def test_queue_kv_and_ttft_raise_the_level_and_it_falls_back_after_the_hold(
             wait_for(lambda: len(level_events(k, "chat")) >= 6, ttft[1] - time.time() + 240,
                      "three rises and three falls")  # fmt: skip
             wait_for(lambda: len(shown) >= 7, 60, "the ConfigMap back at normal")
-            status = k.status("chat")
+            # The status is written after the ConfigMap it records (gateways act first).
+            status = wait_for(
+                lambda: (
+                    (s := k.status("chat")).get("degradation", {}).get("level") == "normal" and s
+                ),
+                60,
+                "the status back at normal",
+            )
     messages = level_events(k, "chat")
     assert len(messages) == 6, messages
     assert messages[0].startswith("degradation normal -> critical: queue 300 waiting"), messages
