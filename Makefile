@@ -7,6 +7,10 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell sha1sum pyproject.toml | cut -c1-12)
 PACKAGES := operator/prescaler forecasting/prescaler_forecast tests/cluster hack/demo/prescaler_demo
+# The suite mostly waits (cold starts, timers, condition polls): workers run its tests side by
+# side, each with its own local cluster, the longest first (tests/conftest.py).
+PYTEST_WORKERS ?= 4
+PYTEST_PARALLEL := -n $(PYTEST_WORKERS) --dist load --maxschedchunk 1
 
 .PHONY: help venv lint typecheck importlint quality unit test test-stress demo crds
 .PHONY: cluster-bin prometheus-bin cluster-up cluster-down cluster-status
@@ -50,7 +54,7 @@ unit: venv
 	$(BIN)/pytest -q tests/unit -m "not slow"
 
 test: quality cluster-bin prometheus-bin
-	$(BIN)/pytest -q
+	$(BIN)/pytest -q $(PYTEST_PARALLEL) --durations=15
 
 # The cluster tests on a machine as busy as a shared CI runner: they must still pass.
 test-stress: venv cluster-bin prometheus-bin

@@ -17,6 +17,13 @@
 
 ``kube`` (function): an ``ApiClient`` for the test, closed afterwards.
 
+Under pytest-xdist (``make test`` runs ``-n`` workers), every worker has its own local
+cluster, started when its first cluster test asks for one: tests keep a whole cluster's
+capacity (3 x 8 GPUs) to themselves, and a cluster-wide operator sees only its own worker's
+namespaces. Workers take their ports from disjoint bands (``cluster.procs.free_port``), and
+take the tests that wait longest first (:func:`pytest_collection_modifyitems`), so no
+worker is left with a long test at the end.
+
 The cluster starts only when a test asks for one of these. Tests using them are marked
 ``@pytest.mark.cluster``. Missing binaries are an error, not a skip: ``make test`` builds
 them first (``make cluster-bin``). ``tests/integration/conftest.py`` adds ``prometheus``.
@@ -24,6 +31,7 @@ them first (``make cluster-bin``). ``tests/integration/conftest.py`` adds ``prom
 
 from __future__ import annotations
 
+import os
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -31,6 +39,26 @@ from typing import Any
 import pytest
 
 from cluster.launcher import ClusterConfig, LocalCluster, env_float, wait_default_service_account
+
+
+def _weight(item: pytest.Item) -> int:
+    """How long a test is likely to take, by its marks: the demo, then the cluster and
+    Prometheus tests (they wait on cold starts and timers), then slow ones, then the rest."""
+    marks = {m.name for m in item.iter_markers()}
+    return (
+        8 * ("cluster" in marks and "slow" in marks)
+        + 4 * ("cluster" in marks)
+        + 2 * ("prometheus" in marks)
+        + ("slow" in marks)
+    )
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Under pytest-xdist, the longest tests first (a stable sort, the same on every worker,
+    as xdist requires): with ``--maxschedchunk 1`` each worker takes the next test when it is
+    free, so the long ones are spread out and the short ones fill the gaps."""
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        items.sort(key=_weight, reverse=True)
 
 
 @pytest.fixture(scope="session")

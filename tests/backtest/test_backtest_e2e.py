@@ -35,10 +35,19 @@ def _head(src: Path, dst: Path, lines: int) -> Path:
 
 def _run(tmp_path: Path, *args: str) -> tuple[dict[str, object], pd.DataFrame]:
     out_json, out_csv = tmp_path / "out.json", tmp_path / "out.csv"
-    code = main([
-        "backtest", *args, "--json", str(out_json), "--timeline", str(out_csv),
-        "--replica-tokens-per-second", "20000", "--quiet",
-    ])
+    code = main(
+        [
+            "backtest",
+            *args,
+            "--json",
+            str(out_json),
+            "--timeline",
+            str(out_csv),
+            "--replica-tokens-per-second",
+            "20000",
+            "--quiet",
+        ]
+    )
     assert code == 0
     return json.loads(out_json.read_text()), pd.read_csv(out_csv)
 
@@ -65,10 +74,23 @@ def test_cli_servegen_two_days_with_plots(tmp_path: Path) -> None:
     piece = _head(SERVEGEN, tmp_path / "sg.csv", 1 + 2 * 144)
     plot = tmp_path / "plot.png"
     body, tl = _run(
-        tmp_path, "--trace", str(piece), "--format", "servegen", "--cold-start-seconds", "240",
-        "--token-mix", str(SERVEGEN_PDF), "--scale-to-peak-replicas", "20",
-        "--policies", "reactive,predictive,oracle", "--forecast-model", "seasonal_naive",
-        "--plot", str(plot),
+        tmp_path,
+        "--trace",
+        str(piece),
+        "--format",
+        "servegen",
+        "--cold-start-seconds",
+        "240",
+        "--token-mix",
+        str(SERVEGEN_PDF),
+        "--scale-to-peak-replicas",
+        "20",
+        "--policies",
+        "reactive,predictive,oracle",
+        "--forecast-model",
+        "seasonal_naive",
+        "--plot",
+        str(plot),
     )
     assert len(tl) == 2 * 1440
     _check_contract(body, tl, ["reactive", "predictive", "oracle"])
@@ -82,15 +104,36 @@ def test_cli_servegen_two_days_with_plots(tmp_path: Path) -> None:
 def test_cli_azure_and_nab_pieces(tmp_path: Path) -> None:
     piece = _head(AZURE_CONV, tmp_path / "az.csv", 3001)
     body, tl = _run(
-        tmp_path, "--trace", str(piece), "--format", "azure", "--cold-start-seconds", "480",
-        "--policies", "oracle,reactive", "--scale-to-peak-replicas", "10",
+        tmp_path,
+        "--trace",
+        str(piece),
+        "--format",
+        "azure",
+        "--cold-start-seconds",
+        "480",
+        "--policies",
+        "oracle,reactive",
+        "--scale-to-peak-replicas",
+        "10",
     )
     _check_contract(body, tl, ["oracle", "reactive"])
     piece = _head(NAB, tmp_path / "nab.csv", 1 + 48 * 3)
     body, tl = _run(
-        tmp_path, "--trace", str(piece), "--format", "nab", "--cold-start-seconds", "240",
-        "--prompt-tokens", "500", "--output-tokens", "100", "--policies", "reactive,oracle",
-        "--scale-to-peak-replicas", "8",
+        tmp_path,
+        "--trace",
+        str(piece),
+        "--format",
+        "nab",
+        "--cold-start-seconds",
+        "240",
+        "--prompt-tokens",
+        "500",
+        "--output-tokens",
+        "100",
+        "--policies",
+        "reactive,oracle",
+        "--scale-to-peak-replicas",
+        "8",
     )
     _check_contract(body, tl, ["reactive", "oracle"])
     assert len(tl) == 3 * 1440
@@ -103,10 +146,21 @@ def test_cli_schedule_only_and_rate(tmp_path: Path) -> None:
         tmp_path / "rate.csv", index=False
     )
     body, tl = _run(
-        tmp_path, "--trace", str(tmp_path / "rate.csv"), "--format", "rate",
-        "--cold-start-seconds", "240", "--prompt-tokens", "900", "--output-tokens", "100",
-        "--policies", "schedule-only,oracle",
-        "--window", "name=odd,cron=0 1-23/2 * * *,duration=3600,replicas=3,lead=300",
+        tmp_path,
+        "--trace",
+        str(tmp_path / "rate.csv"),
+        "--format",
+        "rate",
+        "--cold-start-seconds",
+        "240",
+        "--prompt-tokens",
+        "900",
+        "--output-tokens",
+        "100",
+        "--policies",
+        "schedule-only,oracle",
+        "--window",
+        "name=odd,cron=0 1-23/2 * * *,duration=3600,replicas=3,lead=300",
     )
     _check_contract(body, tl, ["schedule-only", "oracle"])
     # Odd hours need 50 * 1000 / 20000 = 2.5 -> 3 replicas; the window gives exactly 3.
@@ -136,11 +190,23 @@ def test_cli_argument_errors(
 
 def test_cli_trace_errors_are_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     (tmp_path / "x.csv").write_text("timestamp,requests_per_second\n60,1\n0,2\n")
-    code = main([
-        "backtest", "--trace", str(tmp_path / "x.csv"), "--format", "rate",
-        "--cold-start-seconds", "240", "--prompt-tokens", "1", "--output-tokens", "1",
-        "--replica-tokens-per-second", "100",
-    ])
+    code = main(
+        [
+            "backtest",
+            "--trace",
+            str(tmp_path / "x.csv"),
+            "--format",
+            "rate",
+            "--cold-start-seconds",
+            "240",
+            "--prompt-tokens",
+            "1",
+            "--output-tokens",
+            "1",
+            "--replica-tokens-per-second",
+            "100",
+        ]
+    )
     err = capsys.readouterr().err
     assert code == 2
     assert "not sorted" in err
@@ -166,16 +232,20 @@ def test_predictive_cannot_see_the_future(model: str) -> None:
     a = _daily(3, seed=1)
     b = a.copy()
     b[cut:] *= 3.0  # a surge right after T
-    cfg = FleetConfig(replica_tokens_per_second=2000.0, cold_start_seconds=240.0,
-                      max_replicas=100)
+    cfg = FleetConfig(replica_tokens_per_second=2000.0, cold_start_seconds=240.0, max_replicas=100)
     runs = []
     for tokens in (a, b):
-        demand = Demand(start=1_704_067_200.0, tokens_per_s=tokens,
-                        observed_requests_per_s=tokens / 100.0, prompt_tokens=90.0,
-                        output_tokens=10.0)
+        demand = Demand(
+            start=1_704_067_200.0,
+            tokens_per_s=tokens,
+            observed_requests_per_s=tokens / 100.0,
+            prompt_tokens=90.0,
+            output_tokens=10.0,
+        )
         policy = PredictivePolicy(
-            forecaster=ForecastService(model=model, refit_seconds=3600.0,
-                                       horizon_seconds=1800.0, step_seconds=600.0),
+            forecaster=ForecastService(
+                model=model, refit_seconds=3600.0, horizon_seconds=1800.0, step_seconds=600.0
+            ),
             capacity=CapacityModel(TokenProfile(90.0, 10.0), tokens_per_second=2000.0),
             policy=ScalingPolicy(min_replicas=1, max_replicas=100),
             cold_start_seconds=240.0,
@@ -184,8 +254,9 @@ def test_predictive_cannot_see_the_future(model: str) -> None:
     spm = cfg.steps_per_minute
     # Decisions up to T (and 30 s past it, the metric lag) are identical ...
     upto = cut * spm + 2
-    np.testing.assert_array_equal(runs[0].existing_per_step[:upto],
-                                  runs[1].existing_per_step[:upto])
+    np.testing.assert_array_equal(
+        runs[0].existing_per_step[:upto], runs[1].existing_per_step[:upto]
+    )
     # ... and the surge is visible soon after: the runs do diverge.
     assert runs[1].existing_per_step[-1] > runs[0].existing_per_step[-1]
 

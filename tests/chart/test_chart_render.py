@@ -38,9 +38,7 @@ ALL_OPTIONAL: dict[str, Any] = {
     "networkPolicy": {
         "enabled": True,
         "ingress": {
-            "from": [
-                {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "mon"}}}
-            ]
+            "from": [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "mon"}}}]
         },
         "egress": {
             "apiServer": {"cidrs": ["10.0.0.1/32"]},

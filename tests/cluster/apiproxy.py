@@ -227,9 +227,7 @@ class ApiProxy:
         if self._session is not None:
             await self._session.close()
 
-    def _take(
-        self, method: str, path: str, watch: bool, action: str | None = None
-    ) -> Rule | None:
+    def _take(self, method: str, path: str, watch: bool, action: str | None = None) -> Rule | None:
         with self._lock:
             for rule in self._rules:
                 if rule.matches(method, path, watch) and action in (None, rule.action):

@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import gc
 import os
-import socket
 import subprocess
 import sys
 import threading
@@ -33,6 +32,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from cluster.launcher import LocalCluster
 from cluster.objects import gpu_deployment
+from cluster.procs import free_port
 from integration.chart_rbac import ChartIdentity, chart_identity
 from prescaler.api import GROUP, PLURAL, VERSION
 from prescaler.metrics import Metrics
@@ -301,12 +301,6 @@ def recorded(
 
 
 # ---------------------------------------------------------------------- processes
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def scrape(port: int) -> dict[str, float]:
     """Sample name (no labels) -> summed value, from one operator process's /metrics
     (empty while it does not answer)."""

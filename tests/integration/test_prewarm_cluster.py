@@ -381,8 +381,9 @@ def test_a_gated_pod_waits_out_of_its_service_until_a_starting_operator_releases
             )
             assert (gate["status"], gate["reason"]) == ("False", "PromptsUnavailable")
             reasons = wait_for(
-                lambda: {"PromptsUnavailable", "PrewarmFailed"}
-                <= {e.reason for e in k.events("svc")},
+                lambda: (
+                    {"PromptsUnavailable", "PrewarmFailed"} <= {e.reason for e in k.events("svc")}
+                ),
                 60,
                 "the pool's Warning Events",
             )

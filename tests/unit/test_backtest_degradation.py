@@ -48,8 +48,9 @@ def _demand(tokens_per_minute: list[float] | np.ndarray) -> Demand:
 
 
 def _config(cold: float = 240.0, max_replicas: int = 80) -> FleetConfig:
-    return FleetConfig(replica_tokens_per_second=CAP, cold_start_seconds=cold,
-                       max_replicas=max_replicas)
+    return FleetConfig(
+        replica_tokens_per_second=CAP, cold_start_seconds=cold, max_replicas=max_replicas
+    )
 
 
 def _hpa(config: FleetConfig) -> ReactivePolicy:
@@ -59,8 +60,7 @@ def _hpa(config: FleetConfig) -> ReactivePolicy:
 def _oracle(demand: Demand, config: FleetConfig) -> OraclePolicy:
     per_step = np.repeat(demand.tokens_per_s, config.steps_per_minute)
     return OraclePolicy(
-        oracle_replicas(per_step, CAP, config.lag_steps, config.min_replicas,
-                        config.max_replicas),
+        oracle_replicas(per_step, CAP, config.lag_steps, config.min_replicas, config.max_replicas),
         config.step_seconds,
     )
 
@@ -99,16 +99,18 @@ class _LastValueForecaster:
 
     def forecast(self, history: pd.Series, now: float) -> _Forecast:
         level = float(history.iloc[-1])
-        return _Forecast(tuple(_Point(now + 60.0 * k, level, 1.05 * level)
-                               for k in range(1, 11)), now)
+        return _Forecast(
+            tuple(_Point(now + 60.0 * k, level, 1.05 * level) for k in range(1, 11)), now
+        )
 
 
 def _predictive(forecaster: object, config: FleetConfig) -> PredictivePolicy:
     return PredictivePolicy(
         forecaster=forecaster,  # type: ignore[arg-type]
         capacity=CAPACITY,
-        policy=ScalingPolicy(min_replicas=1, max_replicas=config.max_replicas,
-                             observed_headroom=1.4),
+        policy=ScalingPolicy(
+            min_replicas=1, max_replicas=config.max_replicas, observed_headroom=1.4
+        ),
         cold_start_seconds=config.cold_start_seconds,
         interval=30.0,
     )
@@ -123,7 +125,9 @@ def test_minutes_at_each_level_add_up_to_the_simulated_span(every: float) -> Non
     demand = _demand([1400.0] * 5 + [7000.0] * 15)
     config = _config()
     result = run_backtest(
-        demand, [_hpa(config), _predictive(_TrendForecaster(), config)], config,
+        demand,
+        [_hpa(config), _predictive(_TrendForecaster(), config)],
+        config,
         degradation=_setup(every),
     )
     assert set(result.degradation) == {"reactive", "predictive"}
@@ -159,8 +163,9 @@ def test_a_step_burst_beyond_capacity_puts_the_hpa_at_warning_or_critical() -> N
     from 570 s on; the oracle, ready in time, never queues."""
     demand = _demand([1400.0] * 5 + [7000.0] * 15)
     config = _config()
-    result = run_backtest(demand, [_hpa(config), _oracle(demand, config)], config,
-                          degradation=_setup())
+    result = run_backtest(
+        demand, [_hpa(config), _oracle(demand, config)], config, degradation=_setup()
+    )
     hpa = result.degradation["reactive"]
     minutes = hpa.minutes()
     assert minutes["critical"] >= 8.0
@@ -214,15 +219,18 @@ def test_the_signals_are_what_the_fleet_shows_with_the_metric_lag() -> None:
 def _ramp() -> np.ndarray:
     # 30 flat minutes at 5000 tokens/s, then +1000 tokens/s per minute (20 % of the start
     # per minute: faster than the HPA's 43 % headroom lasts through a cold start) to 30000.
-    return np.concatenate([np.full(30, 5000.0), np.linspace(6000.0, 30000.0, 25),
-                           np.full(30, 30000.0)])
+    return np.concatenate(
+        [np.full(30, 5000.0), np.linspace(6000.0, 30000.0, 25), np.full(30, 30000.0)]
+    )
 
 
 def test_forecast_shortfall_leads_the_queue_on_a_ramp_the_forecaster_sees() -> None:
     demand = _demand(_ramp())
     config = _config()
     result = run_backtest(
-        demand, [_hpa(config), _predictive(_TrendForecaster(), config)], config,
+        demand,
+        [_hpa(config), _predictive(_TrendForecaster(), config)],
+        config,
         degradation=_setup(),
     )
     assert result.forecasts_from == "predictive"
@@ -245,7 +253,9 @@ def test_a_forecaster_blind_to_the_ramp_gives_no_lead() -> None:
     demand = _demand(_ramp())
     config = _config()
     result = run_backtest(
-        demand, [_hpa(config), _predictive(_LastValueForecaster(), config)], config,
+        demand,
+        [_hpa(config), _predictive(_LastValueForecaster(), config)],
+        config,
         degradation=_setup(),
     )
     hpa = result.degradation["reactive"]
@@ -267,7 +277,9 @@ def test_only_a_forecast_the_plan_could_use_is_assessed_as_the_operator_does() -
     demand = _demand(_ramp())
     config = _config()
     result = run_backtest(
-        demand, [_hpa(config), _predictive(_StaleForecaster(), config)], config,
+        demand,
+        [_hpa(config), _predictive(_StaleForecaster(), config)],
+        config,
         degradation=_setup(),
     )
     predictive = next(r for r in result.runs if r.name == "predictive")
@@ -289,8 +301,12 @@ def test_lead_times_count_an_unbroken_warning_up_to_the_episode_within_the_windo
     # 10 was normal (0 s; the shortfall rising at the same step is not earlier).
     assert stats.leads_seconds == (60.0, 30.0, 0.0)
     assert stats.as_dict() == {
-        "episodes": 3, "forecast_first": 2, "forecast_first_share": 2 / 3,
-        "median_seconds": 30.0, "p90_seconds": pytest.approx(54.0), "window_seconds": 3600.0,
+        "episodes": 3,
+        "forecast_first": 2,
+        "forecast_first_share": 2 / 3,
+        "median_seconds": 30.0,
+        "p90_seconds": pytest.approx(54.0),
+        "window_seconds": 3600.0,
     }
     # A warning up for longer than the window counts as the window.
     long = lead_times(np.array([0] * 300 + [1]), np.array([1] * 301), 30.0)
@@ -310,30 +326,57 @@ def test_cli_reports_levels_per_policy_and_keeps_the_contract(tmp_path: Path) ->
     t = np.arange(minutes)
     rps = 40 + 20 * np.sin(t / 25.0) + np.where((t > 120) & (t < 135), 50, 0)
     trace = tmp_path / "rate.csv"
-    trace.write_text("timestamp,requests_per_second\n" + "".join(
-        f"{1_700_000_000 + 60 * i},{r:.3f}\n" for i, r in enumerate(rps)
-    ))
+    trace.write_text(
+        "timestamp,requests_per_second\n"
+        + "".join(f"{1_700_000_000 + 60 * i},{r:.3f}\n" for i, r in enumerate(rps))
+    )
     out, timeline = tmp_path / "out.json", tmp_path / "out.csv"
-    code = main([
-        "backtest", "--trace", str(trace), "--format", "rate", "--prompt-tokens", "80",
-        "--output-tokens", "20", "--cold-start-seconds", "120",
-        "--replica-tokens-per-second", "1000", "--scale-to-peak-replicas", "10",
-        "--policies", "reactive,predictive", "--forecast-model", "recent_trend",
-        "--json", str(out), "--timeline", str(timeline), "--quiet",
-    ])
+    code = main(
+        [
+            "backtest",
+            "--trace",
+            str(trace),
+            "--format",
+            "rate",
+            "--prompt-tokens",
+            "80",
+            "--output-tokens",
+            "20",
+            "--cold-start-seconds",
+            "120",
+            "--replica-tokens-per-second",
+            "1000",
+            "--scale-to-peak-replicas",
+            "10",
+            "--policies",
+            "reactive,predictive",
+            "--forecast-model",
+            "recent_trend",
+            "--json",
+            str(out),
+            "--timeline",
+            str(timeline),
+            "--quiet",
+        ]
+    )
     assert code == 0
     body = json.loads(out.read_text())
     assert body["degradation"]["assess_every_seconds"] == 30.0
     assert body["degradation"]["forecasts_from"] == "predictive"
     for name in ("reactive", "predictive"):
         policy = body["policies"][name]
-        assert {"shortfall_minutes", "unserved_token_fraction", "gpu_hours",
-                "scale_events"} <= set(policy)
+        assert {"shortfall_minutes", "unserved_token_fraction", "gpu_hours", "scale_events"} <= set(
+            policy
+        )
         levels = policy["degradation"]
         assert sum(levels["minutes"].values()) == pytest.approx(body["minutes"])
         assert sum(levels["queue_only_minutes"].values()) == pytest.approx(body["minutes"])
-        assert set(levels["lead"]) >= {"episodes", "median_seconds", "p90_seconds",
-                                       "forecast_first_share"}
+        assert set(levels["lead"]) >= {
+            "episodes",
+            "median_seconds",
+            "p90_seconds",
+            "forecast_first_share",
+        }
     # The burst beyond the HPA's headroom queues.
     reactive = body["policies"]["reactive"]["degradation"]
     assert reactive["queue_only_minutes"]["normal"] < body["minutes"]

@@ -103,8 +103,13 @@ def test_a_flag_overrides_exactly_its_field(flags: list[str], expected: dict[str
 def test_backtest_assesses_degradation_at_the_specs_thresholds() -> None:
     args = _args()
     prep = cli_backtest.Prepared(
-        trace=None, demand=None, capacity=capacity_model(_operator_pool()), config=CONFIG,
-        windows=[], spans=[], standby_max=0,
+        trace=None,
+        demand=None,
+        capacity=capacity_model(_operator_pool()),
+        config=CONFIG,
+        windows=[],
+        spans=[],
+        standby_max=0,
     )
     setup = cli_backtest.degradation_setup(args, prep)
     assert setup.policy == degradation_policy(_operator_pool())

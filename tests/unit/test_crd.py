@@ -90,7 +90,13 @@ def test_identity_and_printer_columns() -> None:
     assert version["subresources"] == {"status": {}}
     columns = [c["name"] for c in version["additionalPrinterColumns"]]
     assert columns == [
-        "Desired", "Ready", "Forecast peak", "Next window", "Bottleneck", "Roles", "Age"
+        "Desired",
+        "Ready",
+        "Forecast peak",
+        "Next window",
+        "Bottleneck",
+        "Roles",
+        "Age",
     ]
 
 

@@ -178,9 +178,7 @@ class Setup:
         await self.prewarmer.settle()
 
 
-def setup(
-    kube: FakeKube | None = None, warm: FakeWarm | None = None, **options: Any
-) -> Setup:
+def setup(kube: FakeKube | None = None, warm: FakeWarm | None = None, **options: Any) -> Setup:
     kube = kube or FakeKube()
     warm = warm or FakeWarm()
     clock = [NOW]

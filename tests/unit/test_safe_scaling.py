@@ -76,19 +76,42 @@ def _pod(name: str, created: float, ready: float | None, **kw: Any) -> PodStart:
     return PodStart(name, created, ready, **kw)
 
 
-def test_cold_start_skips_unschedulable_pods_and_counts_a_late_one_from_scheduling() -> None:
+def test_cold_start_includes_the_wait_for_a_node_and_shows_both_parts() -> None:
     spec = ColdStartSpec(mode="auto", seconds=300, samples=10)
     pods = [
         _pod("a", 100, 160, scheduled_at=100),
-        _pod("stuck", 110, None, unschedulable="0/3 nodes are available"),
+        _pod("waits", 110, None, unschedulable="0/3 nodes are available"),
         _pod("b", 120, 185, scheduled_at=121),
     ]
     learned = learn_cold_start(None, spec, pods, now=200)
-    assert learned.samples == [60.0, 64.0]  # "stuck" neither waited for nor a sample
-    # It got a node 10 minutes later: a wait for capacity, not a cold start.
-    late = [_pod("late", 130, 130 + 600 + 62, scheduled_at=130 + 600)]
-    again = learn_cold_start(learned, spec, late, now=2000)
-    assert again.samples == [60.0, 64.0, 62.0]
+    assert learned.samples == [60.0, 65.0], "a pod waiting for a node holds up no other"
+    assert learned.pending == ["waits"]
+    # An autoscaler's node came 90 s after the pod: the whole wait is lead time.
+    pods[1] = _pod("waits", 110, 110 + 90 + 60, scheduled_at=110 + 90)
+    again = learn_cold_start(learned, spec, pods, now=300)
+    assert again.samples == [60.0, 65.0, 150.0]
+    assert again.scheduling_samples == [0.0, 1.0, 90.0]
+    assert again.seconds == again.p90_seconds == 150.0
+    assert again.scheduling_p90_seconds == 90.0
+    assert again.startup_p90_seconds == 64.0
+
+
+def test_capacity_that_never_comes_is_left_out_of_the_cold_start() -> None:
+    spec = ColdStartSpec(mode="auto", seconds=300, samples=10)
+    stuck = _pod("stuck", 100, None, unschedulable="0/3 nodes are available")
+    waiting = learn_cold_start(None, spec, [stuck, _pod("a", 100, 160)], now=100 + 899)
+    assert waiting.pending == ["stuck"]
+    given_up = learn_cold_start(waiting, spec, [stuck], now=100 + 900)
+    assert given_up.pending == []
+    # If it is scheduled after all, long after, it is not a sample either.
+    late = _pod("stuck", 100, 100 + 2000, scheduled_at=100 + 1950)
+    assert learn_cold_start(given_up, spec, [late], now=3000).samples == [60.0]
+
+
+def test_a_pod_on_its_way_out_before_it_was_ready_is_not_waited_for() -> None:
+    spec = ColdStartSpec(mode="auto", seconds=300, samples=10)
+    gone = _pod("gone", 100, None, terminating=True)
+    assert learn_cold_start(None, spec, [gone], now=101).pending == []
 
 
 T0 = "2027-01-15T08:0"

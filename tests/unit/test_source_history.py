@@ -214,9 +214,7 @@ def test_custom_queries_follow_the_window_only_when_they_ask_for_it() -> None:
 def test_profiles_keep_the_history_template_open_and_snapshots_on_the_rate_window() -> None:
     q = render_queries("sglang", selector='ns="a"', window="5m")
     assert q.requests_per_second == 'sum(rate(sglang:num_requests_total{ns="a"}[5m]))'
-    assert q.demand_template == (
-        'sum(rate(sglang:num_requests_total{ns="a"}[$window]))'
-    )
+    assert q.demand_template == ('sum(rate(sglang:num_requests_total{ns="a"}[$window]))')
     assert q.rate_window_seconds == 300
     assert q.demand_at(60) == 'sum(rate(sglang:num_requests_total{ns="a"}[60s]))'
     assert [name for name, _ in q.items()] == [

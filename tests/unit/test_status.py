@@ -39,19 +39,36 @@ def test_p90_nearest_rank() -> None:
     assert p90([float(i) for i in range(1, 21)]) == 18
 
 
-def test_cold_start_counts_in_creation_order_and_waits_for_slow_pods() -> None:
+def test_cold_start_counts_each_pod_once_and_a_slow_pod_when_it_is_ready() -> None:
     spec = ColdStartSpec(mode="auto", seconds=300, samples=5)
     pods = [PodStart("a", 100, 130), PodStart("b", 110, None), PodStart("c", 120, 140)]
     first = learn_cold_start(None, spec, pods, now=150)
-    assert first.samples == [30.0]
-    assert first.observed_until == rfc3339(100)
+    assert first.samples == [30.0, 20.0], "a slow pod does not hold up the pods after it"
+    assert first.pending == ["b"]
+    assert first.observed_until == rfc3339(120)
     pods[1] = PodStart("b", 110, 170)
     second = learn_cold_start(first, spec, pods, now=180)
-    assert second.samples == [30.0, 60.0, 20.0]
+    assert second.samples == [30.0, 20.0, 60.0]
+    assert second.pending == []
     assert second.source == "measured"
     assert second.seconds == 60.0
     again = learn_cold_start(second, spec, pods, now=200)
     assert again.samples == second.samples, "a pod is counted once"
+
+
+def test_pods_created_in_the_same_second_are_each_counted_once() -> None:
+    # Creation times have a resolution of one second: a Deployment scaled by 4 creates its
+    # pods within one, and they become Ready in any order.
+    spec = ColdStartSpec(mode="auto", seconds=300, samples=10)
+    first_seen = [PodStart("x-b", 100, 110), PodStart("x-d", 100, None)]
+    first = learn_cold_start(None, spec, first_seen, now=111)
+    assert first.samples == [10.0]
+    # Two more appear in the same second after the first listing; all are Ready later.
+    later = [PodStart(n, 100, 100 + t) for n, t in (("x-a", 12), ("x-b", 10), ("x-c", 14))]
+    later.append(PodStart("x-d", 100, 120))
+    second = learn_cold_start(first, spec, later, now=130)
+    assert sorted(second.samples) == [10.0, 12.0, 14.0, 20.0]
+    assert learn_cold_start(second, spec, later, now=140).samples == second.samples
 
 
 def test_cold_start_window_is_rolling_and_assumed_until_measured() -> None:

@@ -141,11 +141,27 @@ class ColdStartStatus(WireModel):
     """``measured`` (rolling p90 of observed starts), ``fixed`` (spec) or ``assumed``
     (auto mode before any start was observed)."""
     p90_seconds: float | None = None
-    """Rolling p90 of observed starts."""
+    """Rolling p90 of observed starts (created -> Ready, the wait for a node included)."""
+    scheduling_p90_seconds: float | None = None
+    """Rolling p90 of the first part of a start: created -> scheduled on a node (the
+    wait for a node an autoscaler brings)."""
+    startup_p90_seconds: float | None = None
+    """Rolling p90 of the second part: scheduled -> Ready (image pull, weight load)."""
     samples: list[float] = Field(default_factory=list, max_length=100)
-    """Recent observed starts (created -> Ready), seconds, oldest first."""
+    """Recent observed starts (created -> Ready), seconds, in the order counted."""
+    scheduling_samples: list[float] = Field(default_factory=list, max_length=100)
+    """The scheduling wait of each sample (created -> scheduled), in the same order."""
     observed_until: str | None = Field(default=None, max_length=64)
-    """Creation time of the newest pod counted (RFC 3339)."""
+    """Creation time of the newest pod seen (RFC 3339)."""
+    observed_pods: list[Annotated[str, Field(max_length=253)]] = Field(
+        default_factory=list, max_length=100
+    )
+    """Pods created in the second of ``observedUntil`` that were already seen."""
+    pending: list[Annotated[str, Field(max_length=253)]] = Field(
+        default_factory=list, max_length=100
+    )
+    """Pods seen before they were Ready: each is a sample once Ready, unless it is
+    given up on (unschedulable for 15 minutes, on its way out, or not Ready in an hour)."""
 
 
 class WindowStatus(WireModel):

@@ -41,6 +41,13 @@ from prescaler_forecast import Selection
 
 STUCK_POD_SECONDS = 3600.0
 """A pod not Ready this long after creation is not waited for (it is not a cold start)."""
+UNSCHEDULABLE_GIVE_UP_SECONDS = 900.0
+"""A pod that no node has taken this long after its creation is capacity that is not
+coming, not a cold start: it is left out of the samples (and reported through
+``CapacityAvailable``). 15 minutes is the cluster autoscaler's own default
+``--max-node-provision-time``: past it, the autoscaler gives up on the node too."""
+MAX_TRACKED_PODS = 100
+"""At most this many pod names in ``coldStart.pending`` and ``coldStart.observedPods``."""
 
 
 def rfc3339(ts: float) -> str:
@@ -80,44 +87,84 @@ def p90(samples: Sequence[float]) -> float:
 def learn_cold_start(
     previous: ColdStartStatus | None, spec: ColdStartSpec, pods: Sequence[PodStart], now: float
 ) -> ColdStartStatus:
-    """Add the starts of pods created since the last one counted; rolling p90 of the rest.
+    """Add the starts of pods not counted yet; rolling p90 of the rest.
 
-    Pods are taken in creation order and counting stops at the first one that is not
-    Ready yet, so a slow pod is never skipped because a faster, newer one finished first.
-    A pod no node can take is not starting: it is passed over, never waited for and never
-    a sample (a wait for a free GPU is capacity, reported as ``CapacityAvailable``, not
-    cold start). For the same reason a pod that had to wait for a node counts from when
-    it was scheduled.
+    A sample is a pod's creation to its Ready, as the lead time is: the wait for a node
+    that an autoscaler brings is part of it, and ``schedulingSamples`` keep that part
+    apart. Every pod is counted once: pods are taken in (creation, name) order past the
+    watermark ``observedUntil`` (pods created in its very second and already seen are in
+    ``observedPods``); one not Ready yet is remembered in ``pending`` and counted when it
+    is, so a slow pod is never skipped and never holds up the pods after it. A pod is
+    given up on, never a sample, when it is on its way out, when no node has taken it
+    :data:`UNSCHEDULABLE_GIVE_UP_SECONDS` after its creation (capacity that does not come,
+    reported as ``CapacityAvailable``), or when it is not Ready after
+    :data:`STUCK_POD_SECONDS`.
     """
     if spec.mode == "fixed":
         return ColdStartStatus(seconds=float(spec.seconds), source="fixed")
     samples = list(previous.samples) if previous is not None else []
-    watermark = parse_rfc3339(previous.observed_until) if previous is not None else None
-    fresh = sorted(
-        (p for p in pods if watermark is None or p.created > watermark), key=lambda p: p.created
+    waits = list(previous.scheduling_samples) if previous is not None else []
+    until = parse_rfc3339(previous.observed_until) if previous is not None else None
+    at_until = set(previous.observed_pods) if previous is not None else set()
+    pending = set(previous.pending) if previous is not None else set()
+
+    def fresh(pod: PodStart) -> bool:
+        if until is None or pod.created > until:
+            return True
+        return pod.created == until and bool(at_until) and pod.name not in at_until
+
+    still_pending: list[str] = []
+    newest: list[PodStart] = []
+    for pod in sorted(pods, key=lambda p: (p.created, p.name)):
+        is_fresh = fresh(pod)
+        if not is_fresh and pod.name not in pending:
+            continue
+        if is_fresh:
+            newest.append(pod)
+        if pod.ready_at is not None and not pod.terminating:
+            samples.append(round(max(0.0, pod.ready_at - pod.created), 1))
+            scheduled = pod.scheduled_at if pod.scheduled_at is not None else pod.created
+            waits.append(round(min(max(0.0, scheduled - pod.created), samples[-1]), 1))
+        elif not _given_up(pod, now):
+            still_pending.append(pod.name)
+    if newest:
+        last = max(p.created for p in newest)
+        carried = at_until if until is not None and last == until else set()
+        at_until = carried | {p.name for p in newest if p.created == last}
+        until = last
+    # Parallel lists; an older status without scheduling samples pads them with zeros.
+    waits = [0.0] * (len(samples) - len(waits)) + waits[-len(samples) :] if samples else []
+    samples, waits = samples[-spec.samples :], waits[-spec.samples :]
+    seen = ColdStartStatus(
+        seconds=float(spec.seconds),
+        source="assumed",
+        observed_until=rfc3339(until) if until is not None else None,
+        observed_pods=sorted(at_until)[-MAX_TRACKED_PODS:],
+        pending=still_pending[-MAX_TRACKED_PODS:],
     )
-    for pod in fresh:
-        if pod.unschedulable is not None:
-            continue
-        if pod.ready_at is None:
-            if now - pod.created < STUCK_POD_SECONDS:
-                break
-            continue
-        started = max(pod.created, pod.scheduled_at or pod.created)
-        samples.append(round(max(0.0, pod.ready_at - started), 1))
-        watermark = pod.created
-    samples = samples[-spec.samples :]
-    until = rfc3339(watermark) if watermark is not None else None
     if not samples:
-        return ColdStartStatus(seconds=float(spec.seconds), source="assumed", observed_until=until)
+        return seen
     measured = p90(samples)
-    return ColdStartStatus(
-        seconds=measured,
-        source="measured",
-        p90_seconds=measured,
-        samples=samples,
-        observed_until=until,
+    return seen.model_copy(
+        update={
+            "seconds": measured,
+            "source": "measured",
+            "p90_seconds": measured,
+            "scheduling_p90_seconds": p90(waits),
+            "startup_p90_seconds": p90(
+                [round(t - w, 1) for t, w in zip(samples, waits, strict=True)]
+            ),
+            "samples": samples,
+            "scheduling_samples": waits,
+        }
     )
+
+
+def _given_up(pod: PodStart, now: float) -> bool:
+    age = now - pod.created
+    if pod.terminating or age >= STUCK_POD_SECONDS:
+        return True
+    return pod.unschedulable is not None and age >= UNSCHEDULABLE_GIVE_UP_SECONDS
 
 
 def idle_since(
