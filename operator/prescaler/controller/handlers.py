@@ -4,13 +4,13 @@
 from __future__ import annotations
 
 import logging
-import random
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import kopf
 
 from prescaler.api import GROUP, PLURAL, VERSION
+from prescaler.controller.loops import Loops
 from prescaler.controller.model import PoolObject, TargetClaim, target_claims, target_owner
 from prescaler.kube import KubeError
 
@@ -35,6 +35,8 @@ def _pool(kwargs: dict[str, Any], superseded_by: str | None = None) -> PoolObjec
 def configure_kopf(kopf_settings: kopf.OperatorSettings, namespaces: Sequence[str] = ()) -> None:
     """Keep kopf's own marks on our objects to what it needs, under our own prefix, and its
     API calls to what the Helm chart's RBAC grants."""
+    # No handler needs a finalizer (kopf adds one only for timers, daemons and on.delete).
+    # Named, so that kopf takes off the one an older operator version put on a pool.
     kopf_settings.persistence.finalizer = "prescaler.io/finalizer"
     kopf_settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(
         prefix="prescaler.io"
@@ -82,39 +84,39 @@ def register(
         keys, claim = target_claims(body)
         return dict.fromkeys(keys, claim)
 
-    @kopf.timer(
-        GROUP,
-        VERSION,
-        PLURAL,
-        registry=registry,
-        interval=interval,
-        # On the interval grid: a slow reconcile does not push the pool's next one later.
-        sharp=True,
-        # Spread first runs over one period, so N pools do not fire in one burst.
-        initial_delay=lambda **_: random.uniform(0, interval),
-    )
-    async def reconcile(body: kopf.Body, **kwargs: Any) -> None:
+    # Each pool's own reconcile loop (controller/loops.py), fed by raw watch events. Not a
+    # kopf timer: kopf puts a finalizer on every object a timer serves, so a pool, or its
+    # namespace, could not be deleted while no operator ran.
+    async def reconcile(seen: tuple[kopf.Body, kopf.Index[Any, TargetClaim]]) -> None:
+        body, claims = seen
         if is_leader is not None and not is_leader():
             return  # a standby replica: no reads, no writes
-        claims: kopf.Index[Any, TargetClaim] = kwargs["pools_by_target"]
         keys, me = target_claims(body)
         owner = next(
             (o for key in keys if (o := target_owner(me, claims.get(key, []))) is not None), None
         )
-        try:
-            pool = _pool({"body": body, **kwargs}, superseded_by=owner)
-            # Written here, not through kopf's patch: kopf ends a timer for good when the
-            # patch after it fails (a 409 on the status, say), and the pool is never
-            # reconciled again. Our adapter retries, and what still fails is retried below.
-            await reconciler.write_status(pool, await reconciler.reconcile(pool))
-        except KubeError as exc:
-            raise kopf.TemporaryError(str(exc), delay=interval) from exc
+        pool = _pool({"body": body}, superseded_by=owner)
+        await reconciler.write_status(pool, await reconciler.reconcile(pool))
 
-    # A raw watch event, not on.delete: no diffbase or progress annotations on the pool.
+    loops: Loops[tuple[kopf.Body, kopf.Index[Any, TargetClaim]]] = Loops(
+        interval, reconcile, name="reconcile of pool", expected=(KubeError,)
+    )
+
+    # A raw watch event, not on.delete: no finalizer, diffbase or progress annotations.
     @kopf.on.event(GROUP, VERSION, PLURAL, registry=registry)
-    def forget(type: str | None, **kwargs: Any) -> None:
+    async def follow(type: str | None, body: kopf.Body, **kwargs: Any) -> None:
+        meta = body["metadata"]
+        key = f"{meta['namespace']}/{meta['name']} ({meta['uid']})"
+        if type != "DELETED" and not meta.get("deletionTimestamp"):
+            loops.feed(key, (body, kwargs["pools_by_target"]))
+            return
+        await loops.stop(key)  # after its running reconcile, if one runs
         if type == "DELETED":
-            reconciler.forget(_pool(kwargs))
+            reconciler.forget(_pool({"body": body}))
+
+    @kopf.on.cleanup(registry=registry)
+    async def stop_loops(**_: Any) -> None:
+        await loops.close()
 
     if prewarmer is not None:
         # A raw watch event: kopf writes nothing to the pods (no finalizer, no annotation).
