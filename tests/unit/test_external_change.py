@@ -249,6 +249,32 @@ def test_a_writer_not_recorded_is_external_too(writer: FieldWriter | None) -> No
     assert status["externalChange"]["manager"] == (HAND if writer else "unknown")
 
 
+def test_a_renamed_target_starts_afresh_instead_of_being_an_external_change() -> None:
+    c = Cluster(_spec(externalChanges="respect"))
+    c.reconcile()
+    assert c.kube.scales == [3]
+    c.kube.set_by(HAND, 5, NOW)  # a change on the old target, respected
+    status = c.reconcile()
+    assert (status["externalChange"]["action"], len(c.warnings())) == ("Respected", 1)
+    # The pool now names another Deployment, which someone else keeps at 2.
+    c.kube.workload = Workload(
+        "Deployment", "llm2", 2, 2, "", replicas_writer=FieldWriter(HAND, None)
+    )
+    c.spec = _spec(externalChanges="respect", target={"kind": "Deployment", "name": "llm2"})
+    c.generation = 2
+    status = c.reconcile()
+    assert len(c.warnings()) == 1, "a rename is not an external change"
+    assert "externalChange" not in status, "the old target's change does not hold the new one"
+    assert c.condition()["reason"] == "InControl"
+    assert c.kube.scales == [3, 3], "the plan applies to the new target"
+    assert (status["appliedReplicas"], status["appliedTarget"]) == (3, "Deployment/llm2")
+    # A change on the new target is still one.
+    c.kube.set_by(HAND, 6, NOW)
+    status = c.reconcile()
+    assert (status["externalChange"]["from"], status["externalChange"]["to"]) == (3, 6)
+    assert len(c.warnings()) == 2
+
+
 def test_hpa_floor_mode_watches_the_floor_not_the_hpa_s_replicas() -> None:
     c = Cluster(_spec(target={"kind": "HorizontalPodAutoscaler", "name": "llm"}, mode="hpaFloor"))
     c.kube.hpa = Hpa("llm", 1, 8, 1, "Deployment", "llm")

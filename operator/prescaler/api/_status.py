@@ -330,6 +330,10 @@ class FleetStatus(WireModel):
     """Replicas (``hpaFloor``: HPA floor) the operator last set on the target or kept
     there. The target holding another value, written by another field manager, is an
     external change."""
+    applied_target: str | None = Field(default=None, max_length=512)
+    """The target ``appliedReplicas`` is about, ``<kind>/<name>``. When ``spec.target``
+    names another object, what the operator set on the old one is forgotten: the new
+    target's replicas are not compared with it."""
     degradation: DegradationStatus | None = None
     """The degradation level and its admission policy."""
     external_change: ExternalChangeStatus | None = None

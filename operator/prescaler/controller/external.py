@@ -22,6 +22,11 @@ holding another value means one of two things, told apart by ``managedFields``:
 
 In ``hpaFloor`` mode the operator owns only the HPA's floor: the HPA changing the
 workload's replicas is its job and never an external change.
+
+``status.appliedTarget`` names the object ``appliedReplicas`` was set on. When
+``spec.target`` names another object (a rename), what the operator remembers of the old
+one (its value, a change found on it and the policy in effect) is dropped, not compared
+with the new target: the new target starts as one the operator has not scaled yet.
 """
 
 from __future__ import annotations
@@ -61,6 +66,8 @@ def examine(
     now: float,
 ) -> Examined:
     """Compare the target with the operator's last value (pure)."""
+    if previous.applied_target not in (None, applied_target(spec)):
+        previous = previous.model_copy(update={"applied_replicas": None, "external_change": None})
     last = previous.external_change
     standing = last if last is not None and last.action in ("Respected", "Paused") else None
     applied = previous.applied_replicas
@@ -97,6 +104,12 @@ def examine(
         generation=generation if spec.external_changes == "pause" else None,
     )
     return Examined(previous, found, found if spec.external_changes != "revert" else None)
+
+
+def applied_target(spec: InferencePoolSpec) -> str:
+    """The target as ``status.appliedTarget`` names it: ``<kind>/<name>``."""
+    target = target_of(spec)
+    return f"{target.kind}/{target.name}"
 
 
 def _restore_scale_time(
@@ -199,6 +212,7 @@ def record(
         update={
             "conditions": conditions,
             "applied_replicas": None if spec.dry_run else decision.desired_replicas,
+            "applied_target": None if spec.dry_run else applied_target(spec),
             "external_change": change,
         }
     )
