@@ -248,6 +248,27 @@ def test_promoted_pods_retire_as_the_targets_own_replicas_become_ready() -> None
     assert step(2) == (1, 0)  # a promoted pod is not enough: one more
 
 
+def test_a_promoted_pod_that_turned_not_ready_is_retired_and_replaced_from_standby() -> None:
+    def step(ready: int, hot_ready: int) -> tuple[int, int, int]:
+        # 5 wanted; 2 promoted, one of which turned not Ready (so not counted as serving).
+        fleet = FleetState(
+            5,
+            ready,
+            None,
+            None,
+            5.0,
+            promoted_replicas=1,
+            promoted_unready_replicas=1,
+            hot_ready_replicas=hot_ready,
+        )
+        p = decide(fleet, flat(5.0))
+        return p.promote_replicas, p.retire_replicas, p.retire_unready_replicas
+
+    assert step(3, 2) == (1, 0, 1)  # retired, and a ready standby pod takes its place
+    assert step(3, 0) == (0, 0, 1)  # retired even with no standby pod to replace it
+    assert step(5, 2) == (0, 1, 1)  # the target's own replicas cover the plan: all go
+
+
 @pytest.mark.parametrize("promoted", [0, 1])
 def test_hot_standby_does_not_change_the_replica_count(promoted: int) -> None:
     fleet = FleetState(2, 2, None, None, 4.0, promoted_replicas=promoted, hot_ready_replicas=1)
@@ -332,6 +353,39 @@ def test_hot_standby_pods_are_promoted_into_the_target_and_retired() -> None:
     after = _run(_reconciler(kube), spec, status)
     assert kube.calls == [("delete_pod", "hot-1"), ("delete_pod", "hot-2")]
     assert after["standby"]["hot"]["promoted"] == 0
+
+
+def test_a_promoted_pod_that_turns_not_ready_is_deleted_and_another_promoted() -> None:
+    kube = _fake(4, 2)
+    kube.hot = [
+        PodStart("hot-1", NOW - 300, NOW - 200, role="promoted"),
+        PodStart("hot-2", NOW - 300, None, role="promoted"),  # its readiness probe fails
+        PodStart("hot-3", NOW - 100, NOW - 50, role="hot-standby"),
+        PodStart("hot-4", NOW - 10, None, role="hot-standby"),  # still loading
+    ]
+    spec = _spec(schedules=[_window(-10, 3600, 4)], standby={"hot": {"replicas": 2}})
+    status = _run(_reconciler(kube), spec)
+    assert [c[:2] for c in kube.calls] == [("delete_pod", "hot-2"), ("patch_pod", "hot-3")]
+    assert [(e[0], e[1]) for e in kube.events] == [
+        ("Warning", "HotStandbyNotReady"),
+        ("Normal", "HotStandbyPromoted"),
+    ]
+    assert "deleted promoted hot-2: no longer Ready" in kube.events[0][2]
+    assert "promoting hot-3" in kube.events[0][2]
+    assert status["standby"]["hot"]["promoted"] == 2  # hot-1 and hot-3
+    assert _condition(status, "Ready")["status"] == "True"  # 2 ready + 2 promoted
+    # No ready standby left: the failed pod still goes, and nothing replaces it yet.
+    kube.hot = [
+        PodStart("hot-1", NOW - 300, None, role="promoted"),
+        PodStart("hot-3", NOW - 300, NOW - 100, role="promoted"),
+        PodStart("hot-4", NOW - 10, None, role="hot-standby"),
+    ]
+    kube.calls.clear()
+    after = _run(_reconciler(kube), spec, status)
+    assert kube.calls == [("delete_pod", "hot-1")]
+    assert "no ready hot standby pod to promote" in kube.events[-1][2]
+    assert after["standby"]["hot"]["promoted"] == 1
+    assert _condition(after, "Ready")["status"] == "False"  # 2 ready + 1 promoted of 4
 
 
 def test_a_scale_down_without_per_pod_metrics_says_so_and_patches_no_pod() -> None:

@@ -518,8 +518,28 @@ class Reconciler:
             (p for p in gathered.hot_pods if p.role == ROLE_HOT and p.ready),
             key=lambda p: (p.created, p.name),
         )
-        promoted = [p for p in gathered.hot_pods if p.role == ROLE_PROMOTED and not p.terminating]
         chosen = waiting[: decision.promote_replicas]
+        # A promoted pod that turned not Ready serves nothing: it goes first, and the
+        # plan's promotions already count the pods that take its place.
+        failed = sorted(_unready_promoted(gathered), key=lambda p: (p.created, p.name))
+        failed = failed[: decision.retire_unready_replicas]
+        for pod in failed:
+            with contextlib.suppress(NotFound):
+                await self.kube.delete_pod(ns, pod.name)
+        if failed:
+            instead = (
+                f"promoting {', '.join(p.name for p in chosen)}"
+                if chosen
+                else "no ready hot standby pod to promote"
+            )
+            await self.kube.post_event(
+                pool.ref,
+                "Warning",
+                "HotStandbyNotReady",
+                f"deleted promoted {', '.join(p.name for p in failed)}: no longer Ready, so "
+                f"serving nothing; {instead} (the hot standby refills)",
+            )
+        promoted = [p for p in gathered.hot_pods if p.role == ROLE_PROMOTED and p.ready]
         for pod in chosen:
             with contextlib.suppress(NotFound):
                 await self.kube.patch_pod(
@@ -534,8 +554,8 @@ class Reconciler:
                 f"{target.kind} {target.name}: {decision.desired_replicas} wanted, "
                 f"{gathered.workload.ready_replicas} of its own ready",
             )
-        # Not-ready ones first, then the oldest.
-        promoted.sort(key=lambda p: (p.ready, p.created, p.name))
+        # The oldest first.
+        promoted.sort(key=lambda p: (p.created, p.name))
         retired = promoted[: decision.retire_replicas]
         for pod in retired:
             await self.kube.delete_pod(ns, pod.name)
@@ -548,7 +568,7 @@ class Reconciler:
                 f"{gathered.workload.ready_replicas} ready replicas of {target.kind} "
                 f"{target.name} cover the plan of {decision.desired_replicas}",
             )
-        return sum(1 for p in promoted if p.ready) - len(retired) + len(chosen)
+        return len(promoted) - len(retired) + len(chosen)
 
     async def _publish_degradation(
         self,
@@ -732,6 +752,15 @@ def _tag(role: Role | None, message: str) -> str:
 
 
 # ---------------------------------------------------------------------- pure steps
+def _unready_promoted(gathered: Gathered) -> list[PodStart]:
+    """Promoted pods that turned not Ready (and are not on their way out already)."""
+    return [
+        p
+        for p in gathered.hot_pods
+        if p.role == ROLE_PROMOTED and not p.ready and not p.terminating
+    ]
+
+
 def decide(
     spec: InferencePoolSpec,
     capacity: CapacityModel,
@@ -756,6 +785,7 @@ def decide(
             1 for p in gathered.hot_pods if hot and p.role == ROLE_HOT and p.ready
         ),
         promoted_replicas=sum(1 for p in gathered.hot_pods if p.role == ROLE_PROMOTED and p.ready),
+        promoted_unready_replicas=len(_unready_promoted(gathered)),
         # The queue: a full fleet's served rate hides demand (see prescaler.planning).
         waiting_requests=snapshot.waiting if snapshot else None,
         waiting_growth_per_second=snapshot.waiting_growth_per_second if snapshot else None,

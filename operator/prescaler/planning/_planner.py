@@ -49,7 +49,9 @@ The rules, in order:
    for a replica (forecast, window) still does.
 9. **Hot standby.** While the replicas ready (plus hot pods already promoted) fall short
    of the plan, ready hot standby pods are promoted into the Service; promoted pods are
-   retired once the target's own ready replicas cover the plan without them.
+   retired once the target's own ready replicas cover the plan without them. A promoted
+   pod that turned not Ready serves nothing: it is not counted, it is retired at once, and
+   a ready standby pod, if any, is promoted in its place.
 
 **Units.** Demand (forecast, observation, queue arrivals) counts in the capacity model's
 :class:`~prescaler.capacity.DemandUnit`: requests/s for a unified pool, or one role's
@@ -171,6 +173,8 @@ class FleetState:
     """Ready hot standby pods, not yet promoted."""
     promoted_replicas: int = 0
     """Hot standby pods promoted into the Service and still serving."""
+    promoted_unready_replicas: int = 0
+    """Promoted pods that turned not Ready (not counted in ``promoted_replicas``)."""
     waiting_requests: float | None = None
     """Requests queued now, fleet-wide (``None``: not known)."""
     waiting_growth_per_second: float | None = None
@@ -222,6 +226,9 @@ class ScalePlan:
     """Hot standby pods to promote into the Service now."""
     retire_replicas: int = 0
     """Promoted pods no longer needed (the target's own ready replicas cover the plan)."""
+    retire_unready_replicas: int = 0
+    """Promoted pods that turned not Ready: retired whatever the plan (they serve nothing);
+    ``promote_replicas`` already counts the ready standby pods that take their place."""
     recent_targets: tuple[tuple[float, int], ...] = ()
     """The demand targets a scale-down must respect from now on: this decision's, and the
     earlier ones of the last lookahead plus stabilization period that are larger (rule 5)."""
@@ -408,6 +415,7 @@ def plan(inputs: PlanInputs) -> ScalePlan:
     serving = fleet.ready_replicas + fleet.promoted_replicas
     promote = min(fleet.hot_ready_replicas, max(0, desired - serving))
     retire = min(fleet.promoted_replicas, max(0, serving - desired))
+    retire_unready = max(0, fleet.promoted_unready_replicas)
 
     standby = 0
     if policy.standby_max_replicas > 0:
@@ -439,6 +447,7 @@ def plan(inputs: PlanInputs) -> ScalePlan:
         idle=idle,
         promote_replicas=promote,
         retire_replicas=retire,
+        retire_unready_replicas=retire_unready,
         recent_targets=recent,
     )
 
