@@ -28,6 +28,7 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Executor
 from dataclasses import replace
+from functools import partial
 
 import numpy as np
 import pandas as pd
@@ -48,6 +49,7 @@ from prescaler_forecast._hygiene import series_to_grid
 from prescaler_forecast._selection import Selection, SelectionConfig, select_model
 from prescaler_forecast._types import (
     STATUS_MODEL_FAILED,
+    EventSource,
     EventWindow,
     Forecast,
     InsufficientHistoryError,
@@ -73,13 +75,17 @@ class ForecastService:
         quantile: the upper quantile of the interval.
         refit_seconds: refit cadence of expensive models (Prophet).
         lookback_seconds: recent history Prophet fits on (default 14 days).
-        events: scheduled windows (past and future occurrences) for Prophet's regressors.
+        events: scheduled windows for Prophet's regressors: their past and future
+            occurrences, or an :data:`EventSource` that every fit asks for the occurrences
+            over its own history and horizon (a recurring window's later occurrences then
+            count without building the service again).
         candidates: models auto-selection considers (default all).
         selection: how auto-selection backtests.
         calibrate: replace the models' own upper band, once enough errors are in, by the
             per-lead quantile of the served forecasts' errors (:class:`OnlineCalibrator`).
         models: builders that replace registered models by name (a user's own model, or a
-            failing one in a test); cheap ones only, as the expensive path pickles fits.
+            failing one in a test). An expensive one's instances must pickle: the unfitted
+            model is sent to the executor with each fit.
     """
 
     def __init__(
@@ -91,7 +97,7 @@ class ForecastService:
         quantile: float = 0.9,
         refit_seconds: float = 600.0,
         lookback_seconds: float | None = None,
-        events: Sequence[EventWindow] = (),
+        events: Sequence[EventWindow] | EventSource = (),
         candidates: Sequence[str] = MODEL_NAMES,
         selection: SelectionConfig | None = None,
         calibrate: bool = True,
@@ -115,8 +121,9 @@ class ForecastService:
             quantile=check_quantile(quantile),
             valid_seconds=2 * self.refit_seconds,
             lookback_seconds=lookback_seconds,
-            events=tuple(events),
+            events=() if callable(events) else tuple(events),
         )
+        self._calendar: EventSource | None = events if callable(events) else None
         self.selection: Selection | None = None
         """The latest auto-selection (``None`` before the first, or for a fixed model)."""
         self._runners: dict[str, ModelRunner] = {}
@@ -162,6 +169,7 @@ class ForecastService:
             return self._served(
                 self._fallback(values, now, "no model has enough history yet"), start, values
             )
+        self._follow_calendar(start, now)
         if self._selection_due(eligible, now):
             self.selection = select_model(
                 start,
@@ -186,6 +194,7 @@ class ForecastService:
             return self._served(
                 self._fallback(values, now, "no model has enough history yet"), start, values
             )
+        self._follow_calendar(start, now)
         if self._selection_due(eligible, now):
             self.selection = await loop.run_in_executor(
                 executor,
@@ -203,9 +212,10 @@ class ForecastService:
         runner = self.runner(name)
         if runner.cheap or not runner.refit_due(now):
             return self._served(self._forecast(start, values, now, eligible), start, values)
+        model = runner.make() if runner.make is not None else None
         try:
             fitted = await loop.run_in_executor(
-                executor, fit_grid_model, runner.spec, start, values
+                executor, partial(fit_grid_model, runner.spec, start, values, forecaster=model)
             )
         except InsufficientHistoryError:
             return self._served(
@@ -316,6 +326,21 @@ class ForecastService:
         return replace(result, score=self.selection.score, detail=detail)
 
     # ------------------------------------------------------------------ internals
+    def _follow_calendar(self, start: float, now: float) -> None:
+        """Ask the event source (if any) for the occurrences a fit at ``now`` can use: from
+        the start of the history to the end of the curve a fit caches (``valid_seconds``
+        plus the horizon after ``now``). Every model, fitted from here on, gets them."""
+        if self._calendar is None:
+            return
+        spec = self.spec
+        until = now + spec.valid_seconds + spec.horizon_seconds + spec.step_seconds
+        events = tuple(self._calendar(start, until))
+        if events == spec.events:
+            return
+        self.spec = replace(spec, events=events)
+        for runner in self._runners.values():
+            runner.spec = replace(runner.spec, events=events)
+
     def _eligible(self, start: float, values: FloatArray) -> tuple[str, ...]:
         return eligible_models(self.candidates, start, values, self.step_seconds)
 

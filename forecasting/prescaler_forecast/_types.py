@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Final
+from typing import Final, TypeAlias
 
 __all__ = [
     "STATUS_INSUFFICIENT_HISTORY",
     "STATUS_MODEL_FAILED",
     "STATUS_OK",
+    "EventSource",
     "EventWindow",
     "Forecast",
     "ForecastPoint",
@@ -109,3 +111,9 @@ class EventWindow:
             raise ValueError(f"event window must have finite start < end: {self}")
         if not self.name or not self.name.replace("_", "").isalnum():
             raise ValueError(f"event name must be a non-empty identifier, got {self.name!r}")
+
+
+EventSource: TypeAlias = Callable[[float, float], Sequence[EventWindow]]
+"""The scheduled windows' occurrences overlapping ``[since, until]`` (unix seconds): a
+calendar asked again for every fit, so an occurrence that starts later is seen by the fits
+that reach it (e.g. ``functools.partial(event_windows, windows)`` in the operator)."""

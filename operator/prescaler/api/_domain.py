@@ -32,7 +32,7 @@ from prescaler.capacity import (
     role_capacity,
 )
 from prescaler.planning import DegradationPolicy, ScalingPolicy, ScheduledWindow
-from prescaler_forecast import EventWindow, ForecastService
+from prescaler_forecast import EventSource, EventWindow, ForecastService
 
 
 class SpecError(ValueError):
@@ -267,7 +267,7 @@ def degradation_policy(spec: InferencePoolSpec) -> DegradationPolicy:
 def forecast_service(
     forecast: ForecastSpec,
     *,
-    events: Sequence[EventWindow] = (),
+    events: Sequence[EventWindow] | EventSource = (),
     horizon_seconds: float | None = None,
     step_seconds: float | None = None,
 ) -> ForecastService:
@@ -275,7 +275,8 @@ def forecast_service(
     both build it here, so a default lives only in the spec model.
 
     ``horizon_seconds`` and ``step_seconds`` override the spec's (the backtest forecasts
-    only its lookahead, at the trace's own resolution).
+    only its lookahead, at the trace's own resolution). ``events``: the scheduled windows'
+    occurrences, or a calendar every fit asks for them (the operator's long-lived series).
     """
     try:
         return ForecastService(
@@ -285,7 +286,7 @@ def forecast_service(
             quantile=forecast.quantile,
             refit_seconds=forecast.refit_seconds,
             lookback_seconds=forecast.lookback_seconds,
-            events=tuple(events),
+            events=events if callable(events) else tuple(events),
         )
     except ValueError as exc:
         raise SpecError(f"spec.forecast: {exc}") from None

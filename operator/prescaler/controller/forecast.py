@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import hashlib
 import json
 import math
@@ -57,6 +58,7 @@ from prescaler_forecast import (
     SELECTION,
     STATUS_MODEL_FAILED,
     STATUS_OK,
+    EventSource,
     EventWindow,
     Forecast,
     ForecastService,
@@ -158,10 +160,11 @@ class ForecastHub:
     model_timeout_seconds: float = 10.0
     """How long a refresh waits for the cheap forecast before the last level stands in."""
     clock: Callable[[], float] = time.time
-    make_service: Callable[[ForecastSpec, Sequence[EventWindow]], ForecastService] = field(
-        default=lambda spec, events: series_service(spec, events)
+    make_service: Callable[[ForecastSpec, Sequence[EventWindow] | EventSource], ForecastService] = (
+        field(default=lambda spec, events: series_service(spec, events))
     )
-    """Builds a series' forecaster (tests narrow the candidates)."""
+    """Builds a series' forecaster (tests narrow the candidates); ``events`` is the
+    calendar of the series' scheduled windows."""
     _series: dict[SeriesKey, _Series] = field(default_factory=dict)
     _pools: dict[str, SeriesKey] = field(default_factory=dict)
     _fits: FitScheduler[SeriesKey] = field(init=False)
@@ -242,8 +245,10 @@ class ForecastHub:
             self.forget(uid)
         series = self._series.get(key)
         if series is None:
-            events = event_windows(windows, now - spec.lookback_seconds, now + spec.horizon_seconds)
-            service = self.make_service(spec, events)
+            # The calendar, not this moment's occurrences: every fit asks it for those over
+            # its own history and horizon, so later occurrences count without a restart.
+            calendar = functools.partial(event_windows, tuple(windows))
+            service = self.make_service(spec, calendar)
             series = _Series(key=key, spec=spec, service=service)
             self._series[key] = series
         series.pools.add(uid)
@@ -451,7 +456,9 @@ def as_of(history: pd.Series, now: float, step: float, slack: int = 3) -> float:
     return end if now - slack * step <= end < now else now
 
 
-def series_service(spec: ForecastSpec, events: Sequence[EventWindow]) -> ForecastService:
+def series_service(
+    spec: ForecastSpec, events: Sequence[EventWindow] | EventSource
+) -> ForecastService:
     """The forecaster of a series, as its pools' ``spec.forecast`` asks for (built where
     the backtest builds it too)."""
     return forecast_service(spec, events=events)

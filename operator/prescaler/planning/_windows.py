@@ -142,10 +142,22 @@ def event_windows(
     windows: Sequence[ScheduledWindow], since: float, until: float
 ) -> list[EventWindow]:
     """Past and future occurrences as Prophet regressors (one regressor per window name), so a
-    past Black Friday teaches the next one its lift. The operator and the backtest share it."""
-    events: list[EventWindow] = []
-    for window in windows:
-        name = window.name.replace("-", "_")
-        for occurrence in window.occurrences(since, until)[:MAX_EVENTS]:
-            events.append(EventWindow(start=occurrence.start, end=occurrence.end, name=name))
-    return events[:MAX_EVENTS]
+    past Black Friday teaches the next one its lift. The operator and the backtest share it.
+
+    At most :data:`MAX_EVENTS`, in start order. Beyond that, the windows share the budget
+    (a rare window keeps all its occurrences) and each keeps its newest: the coming
+    occurrences are the ones a forecast needs.
+    """
+    found = [window.occurrences(since, until) for window in windows]
+    keep = [0] * len(found)
+    left = MAX_EVENTS
+    by_count = sorted(range(len(found)), key=lambda i: len(found[i]))
+    for rank, i in enumerate(by_count):
+        keep[i] = min(len(found[i]), left // (len(found) - rank))
+        left -= keep[i]
+    events = [
+        EventWindow(start=o.start, end=o.end, name=window.name.replace("-", "_"))
+        for window, occurrences, kept in zip(windows, found, keep, strict=True)
+        for o in occurrences[len(occurrences) - kept :]
+    ]
+    return sorted(events, key=lambda e: (e.start, e.name))
