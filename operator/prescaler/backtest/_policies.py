@@ -60,6 +60,9 @@ class Observation:
     queue_tokens: float | None = None
     """Tokens waiting in the fleet's queue as the metrics show it (``metric_lag`` old);
     ``None`` when the simulation does not track it."""
+    ready_at_metric: int | None = None
+    """Replicas that were ready ``metric_lag`` ago, whose load ``metric_tokens_per_s`` is;
+    ``None``: ``ready``."""
 
     @property
     def history(self) -> pd.Series:
@@ -90,61 +93,123 @@ def _ceil(x: float) -> int:
 class ReactivePolicy:
     """Kubernetes HPA v2 (``autoscaling/v2``) on a per-pod load metric.
 
-    The metric is each ready pod's offered load as a share of its capacity,
-    ``demand / (ready × replica_tokens_per_second)`` with demand ``metric_lag`` seconds old,
-    averaged over ready pods, and a target of ``target`` (0.7). The replica calculation
-    follows ``ReplicaCalculator`` for pod metrics: pods that are starting (running, not
-    ready, no metrics yet) count as 0 on a scale-up and as exactly on target on a
-    scale-down, the tolerance (0.1) is checked on that ratio, and
-    ``desired = ceil(ratio × pods)``. Behaviours are the defaults: scale-up at most
-    ``max(4 pods, 100 %)`` per 15 s with no stabilization, scale-down stabilized over
-    300 s (the largest recommendation in the window wins), bounded by min/max replicas.
+    A pod's metric is its offered load as a share of its capacity, ``metric_lag`` seconds
+    old: ``demand / (ready × replica_tokens_per_second)`` over the replicas that were ready
+    then, and the target is ``target`` (0.7). The pods are grouped as Kubernetes groups them
+    for a Pods metric (``groupPods``):
+
+    * a replica that was ready one metric lag ago has a metric (the load it had then);
+    * a replica that became ready since is running without a metric yet (*missing*);
+    * a starting replica is an unready pod without metrics. It counts as *unready* (Pending:
+      scheduling, node provisioning, image pull). Kubernetes would put a starting pod that
+      is already running (loading its weights) with the missing ones instead; that changes
+      only a scale-down while replicas start, where a missing pod counts at the target and
+      an unready one is left out. The fleet does not split the cold start, so every
+      starting replica is taken as Pending.
+
+    :meth:`recommend` is ``calcPlainMetricReplicas`` on those groups, with Kubernetes 1.33's
+    tolerances (``(1 - down) <= ratio <= (1 + up)``, both 0.1). :meth:`decide` adds the
+    controller around it (``horizontal.go``): the first sight of the HPA records the
+    current count as a recommendation; no metric at all keeps the count and records
+    nothing; the default behaviours follow, scale-up at most ``max(4 pods, 100 %)`` per
+    15 s with no stabilization, scale-down stabilized over 300 s (the largest
+    recommendation in the window wins), bounded by min/max replicas.
     """
 
     replica_tokens_per_second: float
     min_replicas: int
     max_replicas: int
     target: float = 0.7
-    tolerance: float = 0.1
+    scale_up_tolerance: float = 0.1
+    scale_down_tolerance: float = 0.1
     scale_down_stabilization_seconds: float = 300.0
     sync_seconds: float = 15.0
     name: str = "reactive"
-    _recommendations: deque[tuple[float, int]] = field(default_factory=deque, repr=False)
+    _recommendations: deque[tuple[float, int]] | None = field(default=None, repr=False)
 
     @property
     def interval_seconds(self) -> float:
         return self.sync_seconds
 
-    def recommend(self, current: int, ready: int, demand_tokens_per_s: float) -> int:
-        """``ReplicaCalculator``: the raw recommendation before behaviours."""
-        if ready <= 0 or current <= 0:
-            return current  # no metrics at all: the HPA cannot compute, it keeps the count
-        capacity = ready * self.replica_tokens_per_second
-        usage_ratio = (demand_tokens_per_s / capacity) / self.target
-        missing = current - ready
-        if missing <= 0:
-            if abs(1.0 - usage_ratio) <= self.tolerance:
+    def within_tolerance(self, usage_ratio: float) -> bool:
+        """``Tolerances.isWithin``: inclusive at both ends (1.1 with the defaults does not
+        scale, though ``|1 - 1.1|`` is a hair above 0.1 in floating point)."""
+        return 1.0 - self.scale_down_tolerance <= usage_ratio <= 1.0 + self.scale_up_tolerance
+
+    def recommend(
+        self,
+        current: int,
+        ready: int,
+        demand_tokens_per_s: float,
+        *,
+        missing: int = 0,
+        unready: int | None = None,
+    ) -> int | None:
+        """``calcPlainMetricReplicas``: the raw recommendation before behaviours.
+
+        ``ready`` pods have a metric and reported ``demand_tokens_per_s`` together;
+        ``missing`` pods run without a metric; ``unready`` pods are Pending (default: the
+        rest of ``current``). ``None`` when no pod has a metric: Kubernetes cannot compute.
+        """
+        if ready <= 0:
+            return None
+        if unready is None:
+            unready = max(0, current - ready - missing)
+        usage_ratio = demand_tokens_per_s / (ready * self.replica_tokens_per_second) / self.target
+        scale_up_with_unready = unready > 0 and usage_ratio > 1.0
+        if not scale_up_with_unready and missing == 0:
+            if self.within_tolerance(usage_ratio):
                 return current
             return _ceil(usage_ratio * ready)
-        # Missing pods: 0 usage on a scale-up, exactly the target on a scale-down.
-        filler = 0.0 if usage_ratio >= 1.0 else 1.0
-        new_ratio = (usage_ratio * ready + filler * missing) / current
+        # Missing pods: at the target on a scale-down, 0 on a scale-up, left out at exactly
+        # 1.0. Unready pods: 0 on a scale-up, else left out.
+        total, pods = usage_ratio * ready, ready
+        if missing > 0 and usage_ratio < 1.0:
+            total, pods = total + missing, pods + missing
+        elif missing > 0 and usage_ratio > 1.0:
+            pods += missing
+        if scale_up_with_unready:
+            pods += unready
+        new_ratio = total / pods
         if (
-            abs(1.0 - new_ratio) <= self.tolerance
+            self.within_tolerance(new_ratio)
             or (usage_ratio < 1.0 < new_ratio)
             or (usage_ratio > 1.0 > new_ratio)
         ):
             return current
-        desired = _ceil(new_ratio * current)
+        desired = _ceil(new_ratio * pods)
         if (new_ratio < 1.0 and desired > current) or (new_ratio > 1.0 and desired < current):
             return current
         return desired
 
     def decide(self, obs: Observation) -> int:
         current = obs.existing
-        raw = self.recommend(current, obs.ready, obs.metric_tokens_per_s)
-        # Stabilization: scale-up window 0 s (the raw value), scale-down window 300 s.
         recs = self._recommendations
+        if recs is None:  # recordInitialRecommendation: the first sight seeds the window
+            recs = self._recommendations = deque([(obs.now, current)])
+        if current == 0 and self.min_replicas != 0:
+            return 0  # scaling is disabled while the target has no replicas
+        if current > self.max_replicas:
+            return self.max_replicas
+        if current < self.min_replicas:
+            return self.min_replicas
+        # The metric is metric_lag old: it comes from the replicas that were ready then and
+        # still exist; the ones ready since have none yet, the starting ones are unready.
+        then = obs.ready if obs.ready_at_metric is None else obs.ready_at_metric
+        with_metric = min(obs.ready, then)
+        reported = obs.metric_tokens_per_s
+        if with_metric < then:  # the remaining pods report the shares they had then
+            reported *= with_metric / then
+        raw = self.recommend(
+            current,
+            with_metric,
+            reported,
+            missing=obs.ready - with_metric,
+            unready=max(0, current - obs.ready),
+        )
+        if raw is None:
+            return current  # no metric at all: the controller keeps the count, records nothing
+        # Stabilization: scale-up window 0 s (the raw value), scale-down window 300 s.
         cutoff = obs.now - self.scale_down_stabilization_seconds
         while recs and recs[0][0] <= cutoff:
             recs.popleft()
@@ -156,9 +221,11 @@ class ReactivePolicy:
         if desired > down:
             desired = down
         # Rate limit: at most max(+4 pods, +100 %) per 15 s; scale-down unlimited (100 %).
-        up_limit = max(current + 4, current * 2, current)
-        desired = min(desired, up_limit, self.max_replicas)
-        return max(desired, self.min_replicas)
+        if desired > current:
+            desired = min(desired, max(current + 4, current * 2), self.max_replicas)
+        elif desired < current:
+            desired = max(desired, self.min_replicas)
+        return desired
 
 
 # --------------------------------------------------------------------------- oracle

@@ -225,6 +225,7 @@ def simulate(
     )
     ready = np.empty(steps, dtype=np.int64)
     existing = np.empty(steps, dtype=np.int64)
+    ready_before = fleet.ready  # what served before the replay's first step
     # Standby only for a policy that sizes it, and only when the config simulates it.
     has_standby = config.warm_start_seconds is not None and hasattr(policy, "standby")
     standby = np.zeros(steps, dtype=np.int64) if has_standby else None
@@ -251,6 +252,7 @@ def simulate(
                 observed=history,
                 visible_minutes=visible,
                 queue_tokens=float(queue_after[seen]) if seen >= 0 else 0.0,
+                ready_at_metric=int(ready[k - metric_lag]) if k >= metric_lag else ready_before,
             )
             desired = policy.decide(obs)
             fleet.scale_to(min(max(desired, lo), hi), i)
