@@ -94,12 +94,14 @@ def test_scale_down_counts_running_pods_without_metrics_at_the_target() -> None:
 
 
 def test_scale_up_counts_pending_and_missing_pods_at_zero() -> None:
-    # TestReplicaCalcScaleUpCMUnreadyHotCpuNoLessScale: the rule it pins for a Pods metric
-    # is that pods without a usable metric count as 0 on a scale-up. 3 replicas, one
-    # starting: two ready pods at 2.5 x the target -> ceil(5 / 3 x 3) = 5.
+    # TestReplicaCalcResourceScale "scale up: unready pod scales less": 3 replicas, two
+    # pods at 500m and 700m of 1 CPU against a 30 % target (2 x the target), the third left
+    # out as unready and rebalanced at 0 on a scale-up: ceil(4 / 3 x 3) = 4.
     hpa = ReactivePolicy(CAP, min_replicas=1, max_replicas=100, target=TARGET)
-    assert hpa.recommend(3, 2, _load(2, 2.5), unready=1) == 5
-    assert hpa.recommend(3, 2, _load(2, 2.5), missing=1) == 5
+    assert hpa.recommend(3, 2, _load(2, 2.0), unready=1) == 4
+    # TestReplicaCalcMissingMetricsUnreadyScaleUp: 3 replicas, one pod at 2000m against a
+    # 50 % target (4 x the target), one unready, one without metrics: both at 0 -> 4.
+    assert hpa.recommend(3, 1, _load(1, 4.0), missing=1, unready=1) == 4
     # Eight starting pods at 0: 2 x 6 / 10 = 1.2 -> 12; 2 x 5 / 10 = 1.0 is inside: keep.
     assert hpa.recommend(10, 2, _load(2, 6.0)) == 12
     assert hpa.recommend(10, 2, _load(2, 5.0)) == 10
