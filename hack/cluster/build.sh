@@ -64,7 +64,18 @@ ldflags_for() { # module dir -> extra -X flags so binaries report their real ver
             echo "-X $p.gitVersion=$v -X $p.gitMajor=$major -X $p.gitMinor=$minor -X $p.gitTreeState=clean"
             ;;
         helm)
-            echo "-X helm.sh/helm/v3/internal/version.version=$(module_version helm helm.sh/helm/v3)"
+            # As helm's own Makefile: its version, and the Kubernetes version it assumes
+            # without a cluster (helm template, helm lint) taken from the client-go it is
+            # built with (v0.Y.Z is Kubernetes 1.Y); unset, helm assumes v1.20.
+            local p=helm.sh/helm/v3 kv major minor
+            kv="$(module_version helm k8s.io/client-go)"
+            kv="${kv#v}"
+            major=$((${kv%%.*} + 1))
+            minor="${kv#*.}"; minor="${minor%%.*}"
+            echo "-X $p/internal/version.version=$(module_version helm helm.sh/helm/v3)" \
+                "-X $p/internal/version.gitTreeState=clean" \
+                "-X $p/pkg/lint/rules.k8sVersionMajor=$major -X $p/pkg/lint/rules.k8sVersionMinor=$minor" \
+                "-X $p/pkg/chartutil.k8sVersionMajor=$major -X $p/pkg/chartutil.k8sVersionMinor=$minor"
             ;;
         *) echo "" ;;
     esac

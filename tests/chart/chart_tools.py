@@ -18,9 +18,9 @@ from cluster.paths import PROJECT_ROOT, bin_dir, require_binaries
 
 CHART = PROJECT_ROOT / "charts" / "prescaler"
 KUBE_VERSION = "1.37.0"
-"""Kubernetes version for ``helm template`` and kubernetes-validate (the local cluster's
-minor). Our helm is built from source without client-go's version stamp, so it would
-otherwise assume v1.20."""
+"""Kubernetes version for ``helm template`` and kubernetes-validate: the local cluster's
+minor, given explicitly so the rendering is checked against the schemas it is validated
+with. (helm alone assumes the minor of the client-go it is built with.)"""
 
 
 class HelmError(RuntimeError):

@@ -103,6 +103,37 @@ def test_lint_is_clean(helm: Helm) -> None:
         assert "[WARNING]" not in out, out
 
 
+def _pinned(module: str, tools: str) -> str:
+    """The version ``hack/cluster/tools/<tools>/go.mod`` requires of ``module``."""
+    go_mod = (PROJECT_ROOT / "hack" / "cluster" / "tools" / tools / "go.mod").read_text()
+    found = re.search(rf"^\s*{re.escape(module)} (v\S+)", go_mod, re.MULTILINE)
+    assert found, f"{module} is not required in tools/{tools}/go.mod"
+    return found[1]
+
+
+def test_helm_reports_its_version_and_renders_the_chart_without_kube_version(
+    helm: Helm,
+) -> None:
+    """The chart requires Kubernetes >= 1.27. Without a cluster or ``--kube-version``,
+    helm assumes the Kubernetes minor of the client-go it is built with, which the build's
+    link flags set (unset, helm assumes v1.20 and refuses the chart)."""
+    version = helm.run("version", "--template", "{{ .Version }}").strip()
+    assert version == _pinned("helm.sh/helm/v3", "helm")
+    minor = _pinned("k8s.io/client-go", "helm").split(".")[1]  # v0.Y.Z is Kubernetes 1.Y
+    probe = helm.home / "probe"
+    (probe / "templates").mkdir(parents=True)
+    (probe / "Chart.yaml").write_text("apiVersion: v2\nname: probe\nversion: 0.1.0\n")
+    (probe / "templates" / "kube.yaml").write_text(
+        "kind: ConfigMap\napiVersion: v1\nmetadata: {name: probe}\n"
+        "data: {kube: '{{ .Capabilities.KubeVersion.Version }}'}\n"
+    )
+    (assumed,) = yaml.safe_load_all(helm.run("template", "probe", str(probe)))
+    assert assumed["data"]["kube"] == f"v1.{minor}.0"
+    out = helm.run("template", "prescaler", str(CHART), "--namespace", "prescaler-system")
+    docs = [doc for doc in yaml.safe_load_all(out) if doc]
+    assert {"Deployment", "Service"} <= {d["kind"] for d in docs}
+
+
 @pytest.mark.parametrize("variant", list(VARIANTS))
 def test_template_validates_in_strict_mode(helm: Helm, variant: str) -> None:
     docs = helm.template(VARIANTS[variant], include_crds=True)
