@@ -17,6 +17,13 @@ Pod lifecycle, chained by selectors:
 4. ``pod-delete``: a pod marked for deletion is removed shortly after, as a kubelet
    would once its containers stopped.
 
+A pod annotated ``prescaler.io/fake-not-ready`` fails its readiness probe for as long as
+the annotation is there (an engine that hangs or crashes): ``pod-not-ready`` takes a ready
+one out (``ContainersReady`` and ``Ready`` turn ``False``), and ``pod-held-not-ready``
+keeps one that was still starting from turning ready (its pending ``ContainersReady`` is
+replaced by a job an hour away). Removing the annotation lets stage 2 run again, after
+the pod's delay.
+
 Nodes are initialised Ready (keeping the capacity set at creation) and heartbeat
 through their status; kwok renews their leases.
 """
@@ -24,6 +31,7 @@ through their status; kwok renews their leases.
 from __future__ import annotations
 
 READY_DELAY_ANNOTATION = "prescaler.io/fake-ready-delay"
+NOT_READY_ANNOTATION = "prescaler.io/fake-not-ready"
 GPU_RESOURCE = "nvidia.com/gpu"
 
 _NODE_INITIALIZE = """\
@@ -192,6 +200,8 @@ spec:
       values: ['False']
     - key: '.spec.containers.[].resources.requests["{gpu}"]'
       operator: {gpu_op}
+    - key: '.metadata.annotations["{not_ready}"]'
+      operator: DoesNotExist
   delay:
     durationMilliseconds: {delay_ms}
     durationFrom:
@@ -252,6 +262,8 @@ spec:
     - key: '{_GATES_MET}'
       operator: In
       values: ['true']
+    - key: '.metadata.annotations["{NOT_READY_ANNOTATION}"]'
+      operator: DoesNotExist
   next:
     statusTemplate: |
       {{{{ $now := Now }}}}
@@ -260,6 +272,87 @@ spec:
         lastTransitionTime: {{{{ $now | Quote }}}}
         status: "True"
         type: Ready
+"""
+
+_POD_NOT_READY = f"""\
+apiVersion: kwok.x-k8s.io/v1alpha1
+kind: Stage
+metadata:
+  name: pod-not-ready
+spec:
+  resourceRef:
+    apiGroup: v1
+    kind: Pod
+  selector:
+    matchExpressions:
+    - key: '.metadata.deletionTimestamp'
+      operator: DoesNotExist
+    - key: '.metadata.annotations["{NOT_READY_ANNOTATION}"]'
+      operator: Exists
+    - key: '.status.conditions.[] | select( .type == "ContainersReady" ) | .status'
+      operator: In
+      values: ['True']
+  next:
+    event:
+      type: Warning
+      reason: Unhealthy
+      message: Readiness probe failed (fake)
+    statusTemplate: |
+      {{{{ $now := Now }}}}
+      conditions:
+      - lastProbeTime: null
+        lastTransitionTime: {{{{ $now | Quote }}}}
+        reason: ContainersNotReady
+        status: "False"
+        type: ContainersReady
+      - lastProbeTime: null
+        lastTransitionTime: {{{{ $now | Quote }}}}
+        reason: ContainersNotReady
+        status: "False"
+        type: Ready
+      containerStatuses:
+      {{{{ range $i, $c := .spec.containers }}}}
+      - image: {{{{ $c.image | Quote }}}}
+        name: {{{{ $c.name | Quote }}}}
+        ready: false
+        restartCount: 0
+        started: true
+        state:
+          running:
+            startedAt: {{{{ $.status.startTime | Quote }}}}
+      {{{{ end }}}}
+"""
+
+# Matches (and so replaces the pending job of) an annotated pod that is not ready; an hour
+# away, it changes nothing but posts an Event.
+_POD_HELD_NOT_READY = f"""\
+apiVersion: kwok.x-k8s.io/v1alpha1
+kind: Stage
+metadata:
+  name: pod-held-not-ready
+spec:
+  resourceRef:
+    apiGroup: v1
+    kind: Pod
+  selector:
+    matchExpressions:
+    - key: '.metadata.deletionTimestamp'
+      operator: DoesNotExist
+    - key: '.metadata.annotations["{NOT_READY_ANNOTATION}"]'
+      operator: Exists
+    - key: '.status.phase'
+      operator: In
+      values: ['Running']
+    - key: '.status.conditions.[] | select( .type == "ContainersReady" ) | .status'
+      operator: In
+      values: ['False']
+  delay:
+    durationMilliseconds: 3600000
+  next:
+    event:
+      type: Warning
+      reason: Unhealthy
+      message: Readiness probe still failing (fake)
 """
 
 _POD_DELETE = """\
@@ -302,6 +395,7 @@ def stages_yaml(
             gpu_op="Exists",
             delay_ms=ms(gpu_ready_delay_s),
             annotation=READY_DELAY_ANNOTATION,
+            not_ready=NOT_READY_ANNOTATION,
         ),
         _POD_CONTAINERS_READY.format(
             kind="cpu",
@@ -309,8 +403,11 @@ def stages_yaml(
             gpu_op="DoesNotExist",
             delay_ms=ms(cpu_ready_delay_s),
             annotation=READY_DELAY_ANNOTATION,
+            not_ready=NOT_READY_ANNOTATION,
         ),
         _POD_READY,
+        _POD_NOT_READY,
+        _POD_HELD_NOT_READY,
         _POD_DELETE.format(delay_ms=ms(delete_delay_s)),
     ]
     return "---\n".join(docs)

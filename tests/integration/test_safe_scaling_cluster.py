@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 from kubernetes import client
 
+from cluster.kwok_stages import NOT_READY_ANNOTATION, READY_DELAY_ANNOTATION
 from cluster.objects import gpu_deployment
 from cluster.prometheus import Prometheus, Sample, vllm_samples
 from integration.operator_fixtures import (  # noqa: F401 (fixtures)
@@ -226,6 +227,15 @@ def test_an_idle_pool_with_an_absent_series_reaches_zero_after_its_stabilization
 
 
 # ---------------------------------------------------------------------- hot standby
+def _not_ready(k: Kube, pod: str, failing: bool, ready_delay: str | None = None) -> None:
+    """Make ``pod``'s readiness probe fail (kwok takes it out of Ready) or pass again
+    (Ready after ``ready_delay``, else its own)."""
+    annotations: dict[str, str | None] = {NOT_READY_ANNOTATION: "true" if failing else None}
+    if ready_delay is not None:
+        annotations[READY_DELAY_ANNOTATION] = ready_delay
+    k.core.patch_namespaced_pod(pod, k.ns, {"metadata": {"annotations": annotations}})
+
+
 def test_a_hot_standby_pod_is_promoted_into_the_service_and_the_standby_refills(
     kube: Any, namespace: str, operator: Metrics
 ) -> None:
@@ -261,47 +271,80 @@ def test_a_hot_standby_pod_is_promoted_into_the_service_and_the_standby_refills(
             "model": MODEL,
             "coldStart": {"mode": "fixed", "seconds": delay, "marginSeconds": 0},
             "schedules": _window(1),
-            "standby": {"hot": {"replicas": 1}},
+            "standby": {"hot": {"replicas": 2}},
         },
     )
     hot_selector = "prescaler.io/pool=chat,prescaler.io/role=hot-standby"
-    (hot,) = wait_for(
-        lambda: len(ready := [p for p in _pods(k, hot_selector) if _ready(p)]) == 1 and ready,
+    promoted_selector = "prescaler.io/pool=chat,prescaler.io/role=promoted"
+    ready_hot = wait_for(
+        lambda: len(ready := [p for p in _pods(k, hot_selector) if _ready(p)]) == 2 and ready,
         90,
-        "a ready hot standby pod",
+        "two ready hot standby pods",
     )
-    wait_for(lambda: len(serving()) == 1, 60, "the target's own pod in the Service")
-    assert hot.metadata.name not in serving(), "a hot standby pod is outside the Service"
+    hot = {p.metadata.name for p in ready_hot}
+    (own,) = wait_for(lambda: serving() or None, 60, "the target's own pod in the Service")
+    assert not hot & serving(), "hot standby pods are outside the Service"
 
     k.patch_pool("chat", {"schedules": _window(2)})
+    # The target's new replica stays in its cold start (its readiness probe fails) until
+    # released below: the promoted pods bridge it meanwhile.
+    (starting,) = wait_for(
+        lambda: [
+            p.metadata.name
+            for p in _pods(k, "app=llm,!prescaler.io/role")
+            if p.metadata.name != own
+        ],
+        60,
+        "the target's new replica",
+    )
+    _not_ready(k, starting, True)
     own_ready: list[int] = []
 
-    def promoted_and_serving() -> bool:
-        if hot.metadata.name not in serving():
-            return False
-        own_ready.append(k.deployment("llm").status.ready_replicas or 0)
-        return True
+    def promoted_and_serving() -> set[str]:
+        promoted = hot & serving()
+        if promoted:
+            own_ready.append(k.deployment("llm").status.ready_replicas or 0)
+        return promoted
 
-    wait_for(promoted_and_serving, 60, "the promoted pod in the Service")
+    (first,) = wait_for(promoted_and_serving, 60, "a promoted pod in the Service")
+    (second,) = hot - {first}
     # It serves while the target's new replica is still in its cold start.
     assert own_ready == [1]
-    promoted = k.core.read_namespaced_pod(hot.metadata.name, namespace)
+    promoted = k.core.read_namespaced_pod(first, namespace)
     assert promoted.metadata.labels["prescaler.io/role"] == "promoted"
     assert promoted.metadata.labels["app"] == "llm"
     assert [o.kind for o in promoted.metadata.owner_references] == ["InferencePool"]
-    # The standby refills with a new pod; the target's ReplicaSet does not adopt the
-    # promoted one (it stays at its own 2).
+
+    # The promoted pod's engine fails: it leaves the Service, is deleted, and the other
+    # ready standby pod is promoted in its place.
+    _not_ready(k, first, True)
     wait_for(
-        lambda: [p for p in _pods(k, hot_selector) if p.metadata.name != hot.metadata.name],
+        lambda: (
+            second in serving()
+            and first not in {p.metadata.name for p in _pods(k, "prescaler.io/pool=chat")}
+        ),
+        60,
+        "the failed pod replaced by the other standby pod",
+    )
+    failed = wait_for(
+        lambda: [e for e in k.events("chat") if e.reason == "HotStandbyNotReady"],
+        60,
+        "the HotStandbyNotReady Event",
+    )
+    assert failed[0].type == "Warning"
+    assert f"deleted promoted {first}: no longer Ready" in failed[0].message
+    assert f"promoting {second}" in failed[0].message
+    # The standby refills with new pods; the target's ReplicaSet adopts no promoted pod
+    # (it stays at its own 2).
+    wait_for(
+        lambda: len([p for p in _pods(k, hot_selector) if p.metadata.name not in hot]) == 2,
         60,
         "the hot standby refilled",
     )
+    assert k.deployment("llm").spec.replicas == 2
     # Once both of the target's own replicas are Ready, the promoted pod is retired.
-    wait_for(
-        lambda: not _pods(k, "prescaler.io/pool=chat,prescaler.io/role=promoted"),
-        90,
-        "the promoted pod retired",
-    )
+    _not_ready(k, starting, False, ready_delay="1s")
+    wait_for(lambda: not _pods(k, promoted_selector), 90, "the promoted pod retired")
     assert (k.deployment("llm").status.ready_replicas or 0) == 2
     # The operator posts the Event after the delete: wait for it, don't race it.
     reasons = wait_for(
@@ -309,6 +352,10 @@ def test_a_hot_standby_pod_is_promoted_into_the_service_and_the_standby_refills(
         60,
         "the HotStandbyRetired Event",
     )
-    assert reasons.index("HotStandbyPromoted") < reasons.index("HotStandbyRetired")
+    assert (
+        reasons.index("HotStandbyPromoted")
+        < reasons.index("HotStandbyNotReady")
+        < reasons.index("HotStandbyRetired")
+    )
     assert k.deployment("llm").spec.replicas == 2
     wait_for(lambda: k.status("chat")["standby"]["hot"].get("promoted") == 0, 30, "promoted: 0")
