@@ -12,7 +12,6 @@ comment on every rule, the shape of both modes) need only ``helm``.
 
 from __future__ import annotations
 
-import contextlib
 import time
 from pathlib import Path
 from typing import Any
@@ -35,6 +34,7 @@ from integration.chart_rbac import (
 from integration.operator_fixtures import (  # noqa: F401 (fixtures)
     Kube,
     crd_fixture,
+    pool_body,
     running_operator,
     wait_for,
 )
@@ -42,6 +42,8 @@ from prescaler.api import GROUP, PLURAL, PREWARM_CONDITION, VERSION
 
 MODEL = {"tokensPerSecond": 3750, "promptTokens": 600, "outputTokens": 150}
 PRIORITY_CLASS = "prescaler-placeholder"
+OLD_FINALIZER = "prescaler.io/finalizer"
+"""What operator versions that reconciled on a kopf timer put on every pool."""
 
 NOT_REQUESTED: dict[Grant, str] = {
     ("prescaler.io", "inferencepools/finalizers", "update"): (
@@ -333,9 +335,16 @@ def _walk_every_path(k: Kube) -> None:
         },
     )
     wait_for(lambda: _released(k, "warm"), 120, "the gated pod released")
-    # kopf takes its finalizer off a deleted pool.
+    # A pool deleted goes without the operator (it has no finalizer to take off) ...
     k.delete_pool("db")
     wait_for(lambda: _gone(k.pool, "db"), 60, "the pool db to go")
+    # ... and kopf takes an older version's finalizer off a pool (patch).
+    legacy = pool_body("legacy", {**base, "target": {"name": "db", "kind": "StatefulSet"}})
+    legacy["metadata"]["finalizers"] = [OLD_FINALIZER]
+    k.custom.create_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, legacy)
+    wait_for(
+        lambda: not k.pool("legacy")["metadata"].get("finalizers"), 60, "the old finalizer off"
+    )
 
 
 def _released(k: Kube, app: str) -> bool:
@@ -350,18 +359,6 @@ def _mine(calls: list[Call], namespace: str) -> list[Call]:
     """Calls in the test's namespace and cluster-scoped ones; a cluster-wide operator also
     meets other tests' leftover pools in namespaces being deleted, which are not ours."""
     return [c for c in calls if c.namespace in (namespace, None)]
-
-
-def _release_leftover_pools(k: Kube) -> None:
-    """Earlier tests stop their operator before their namespace goes, so their pools keep
-    the operator's finalizer and their namespaces hang in Terminating. A cluster-wide
-    operator would take all of them on; they are not this test's, so let them go first."""
-    for pool in k.custom.list_cluster_custom_object(GROUP, VERSION, PLURAL)["items"]:
-        ns, name = pool["metadata"]["namespace"], pool["metadata"]["name"]
-        if ns != k.ns and k.core.read_namespace(ns).metadata.deletion_timestamp is not None:
-            patch = {"metadata": {"finalizers": None}}
-            with contextlib.suppress(ApiException):
-                k.custom.patch_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, name, patch)
 
 
 @pytest.fixture
@@ -401,8 +398,6 @@ def test_the_operator_uses_every_granted_rule_and_only_those(
         assert set(NOT_REQUESTED) <= grants, "NOT_REQUESTED names a rule the chart dropped"
         expected = grants - set(NOT_REQUESTED)
         monkeypatch.setenv("KUBECONFIG", str(identity.kubeconfig))
-        if clusterwide:
-            _release_leftover_pools(Kube(kube, namespace))
         with running_operator(cluster, namespace, identity, clusterwide=clusterwide):
             _walk_every_path(Kube(kube, namespace))
 
