@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from prescaler.api import SpecError, check_spec, parse_spec
@@ -64,6 +64,8 @@ def test_exactly_one_request_fits_and_one_byte_less_does_not() -> None:
 
 
 @settings(max_examples=200, deadline=None)
+# The per-GPU overhead leaves a hair of memory: no GPU count is advice worth giving.
+@example(name="deepseek-v3", gpu_gib=1.0000000000000002, gpus=1, utilization=1.0, context=1)
 @given(
     name=st.sampled_from(sorted(PRESETS)),
     gpu_gib=st.floats(min_value=1, max_value=192),

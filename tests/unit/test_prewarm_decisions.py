@@ -222,7 +222,7 @@ def test_the_spec_becomes_the_config_and_the_budget_caps_the_prompts() -> None:
 
 
 def test_the_measured_cold_start_of_a_gated_pod_includes_its_warm_up() -> None:
-    """Ready comes after the gate's condition: scheduled -> Ready spans the warm-up."""
+    """Ready comes after the gate's condition: created -> Ready spans the warm-up."""
     scheduled, containers_ready, warmed = NOW - 300, NOW - 60, NOW - 45
     body = pod(ready_at=containers_ready)
     body["metadata"]["creationTimestamp"] = rfc3339(scheduled - 2)
@@ -236,5 +236,6 @@ def test_the_measured_cold_start_of_a_gated_pod_includes_its_warm_up() -> None:
         ]
     ]
     cold = learn_cold_start(None, ColdStartSpec(), [pod_start(body)], NOW)
-    assert cold.samples == [warmed - scheduled]
+    assert cold.samples == [warmed - (scheduled - 2)]
+    assert cold.scheduling_samples == [2]
     assert cold.samples[0] > containers_ready - scheduled

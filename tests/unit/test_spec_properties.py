@@ -348,6 +348,16 @@ def test_models_and_windows_on_an_otherwise_valid_pool(
 
 
 @EXAMPLES
+# Two finite means whose sum is not: refused, not an overflow.
+@example(
+    prefill={"target": {"name": "llm"}, "tokensPerSecond": 1.0},
+    decode={"target": {"name": "llm"}, "tokensPerSecond": 1.0},
+    model={"tokensPerSecond": 0.0},
+    schedules=[],
+    fleet=FleetState(current_replicas=0),
+    forecast=None,
+    mix=(1.7e308, 1.7e308, None),
+)
 @given(
     prefill=role_specs,
     decode=role_specs,

@@ -31,7 +31,7 @@ from prescaler.capacity import (
     get_preset,
     role_capacity,
 )
-from prescaler.planning import DegradationPolicy, ScalingPolicy, ScheduledWindow
+from prescaler.planning import DegradationPolicy, RiskObjective, ScalingPolicy, ScheduledWindow
 from prescaler_forecast import EventSource, EventWindow, ForecastService
 
 
@@ -236,6 +236,19 @@ def scaling_policy(spec: InferencePoolSpec) -> ScalingPolicy:
         )
     except ValueError as exc:
         raise SpecError(f"spec: {exc}") from None
+
+
+def risk_objective(spec: InferencePoolSpec) -> RiskObjective:
+    """The peak risk model's objective from ``spec.objective`` (and the level a new pool
+    starts at, ``spec.forecast.quantile``); the operator and the backtest both read it here."""
+    quantile = spec.forecast.quantile if spec.forecast is not None else 0.95
+    o = spec.objective
+    return RiskObjective(
+        served_fraction=o.served_fraction,
+        level=quantile,
+        adapt_rate=o.adapt_rate,
+        memory=float(o.memory_lookaheads),
+    )
 
 
 def degradation_policy(spec: InferencePoolSpec) -> DegradationPolicy:

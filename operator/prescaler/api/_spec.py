@@ -265,14 +265,17 @@ class ForecastSpec(WireModel):
     horizon_seconds: int = Field(default=7200, ge=60, le=7 * DAY)
     """How far ahead the forecast reaches."""
     quantile: float = Field(default=0.95, ge=0.5, le=0.999)
-    """Upper quantile of the forecast that ready capacity must meet."""
+    """Upper quantile of the forecast's band (status, standby), and the level at which a
+    new pool's peak risk model starts; ``objective.servedFraction`` then adapts it (with
+    ``objective.servedFraction: null`` it stays here)."""
     headroom: float = Field(default=1.0, ge=1, le=10)
-    """Multiplier on the requirement (capacity-model error, long-tail contexts). The
-    forecast's upper band is calibrated on the pool's own errors, so the default adds
+    """Expert override: a multiplier on every requirement (capacity-model error, long-tail
+    contexts). The margin is calibrated on the pool's own errors, so the default adds
     nothing on top of it."""
-    observed_headroom: float = Field(default=1.4, ge=1, le=10)
-    """Nowcast guard: the plan never falls below the latest observed demand times this
-    (and the headroom). It covers the next rise when the forecast lags a level shift."""
+    observed_headroom: float = Field(default=1.0, ge=1, le=10)
+    """Expert override: the nowcast guard. The plan never falls below the latest observed
+    demand times this (and the headroom). The default protects the present only; the
+    calibrated margin covers what comes next."""
 
     model_config = ConfigDict(
         json_schema_extra=validations(
@@ -527,6 +530,28 @@ class ScaleUpSpec(WireModel):
     """Replicas added per decision at most; unbounded when unset."""
 
 
+class ObjectiveSpec(WireModel):
+    """The service level the fleet is sized for: one knob.
+
+    The plan sizes ready capacity to a quantile of the *peak* demand over the lookahead
+    (the next cold start plus margin), predicted as what is known now (the forecast mean's
+    peak, or the demand arriving now if larger) times a margin calibrated on this pool's
+    own lookaheads. The quantile's level adapts online so that the share of demand left
+    above what was sized tracks ``1 - servedFraction`` (adaptive conformal inference).
+    ``forecast.quantile`` is the level a new pool starts at; ``forecast.headroom`` and
+    ``forecast.observedHeadroom`` are expert overrides that add margin on top."""
+
+    served_fraction: float | None = Field(default=0.995, ge=0.5, le=0.99999)
+    """Share of demand to serve without waiting for capacity. ``null`` turns adaptation
+    off: the plan then sizes to ``forecast.quantile`` of the peak, calibrated but fixed."""
+    adapt_rate: float = Field(default=0.05, ge=0, le=1)
+    """Expert: how far one lookahead's outcome moves the quantile level (times the share
+    of its demand that waited, minus the objective's)."""
+    memory_lookaheads: int = Field(default=1440, ge=10, le=1_000_000)
+    """Expert: how many recent lookaheads the margin is calibrated on, in effect (older
+    ones fade)."""
+
+
 Prompt = Annotated[str, Field(min_length=1, max_length=32_768)]
 ENGINE_PATH_PATTERN = r"^/[^\s?#]*$"
 
@@ -705,6 +730,9 @@ class InferencePoolSpec(WireModel):
     """Scale-down pacing."""
     scale_up: ScaleUpSpec = Field(default_factory=ScaleUpSpec)
     """Scale-up pacing."""
+    objective: ObjectiveSpec = Field(default_factory=ObjectiveSpec)
+    """The service level the plan is sized for (the share of demand served without
+    waiting for capacity); the margin that meets it is learned per pool."""
     degradation: DegradationSpec = Field(default_factory=DegradationSpec)
     """Degradation levels and the admission policy published for gateways."""
     dry_run: bool = False

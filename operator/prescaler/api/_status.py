@@ -285,6 +285,60 @@ class DegradationStatus(WireModel):
     """The signals at this level when it was last confirmed (a vanished one holds it)."""
 
 
+class LookaheadStatus(WireModel):
+    """One decision's lookahead, waiting to be scored when it ends (unix seconds, and
+    demand in the plan's unit)."""
+
+    start: float
+    """The decision's time."""
+    end: float
+    """When new capacity asked for then is ready, plus the margin."""
+    base: float
+    """What was known at the decision: the forecast mean's peak or the observed demand."""
+    sized: float
+    """The demand sized for: ``base`` plus one replica's capacity, times the margin, less
+    that replica."""
+    unit: float = 0.0
+    """The typical demand then (at least one replica's capacity): the ratio scored is
+    ``(peak + unit) / (base + unit)``."""
+    peak: float = 0.0
+    """Largest demand observed in it so far."""
+    demand: float = 0.0
+    """Sum of the demand observed in it."""
+    waited: float = 0.0
+    """Sum of the demand observed to wait (above ready capacity, or behind a queue)."""
+    seen: int = 0
+    """Observations in it."""
+
+
+class RiskStatus(WireModel):
+    """The peak risk model: the margin the plan sizes with and what it learned from this
+    pool's own lookaheads. Kept here so a restarted or failed-over operator goes on with
+    the same calibration."""
+
+    margin: float | None = None
+    """The margin on what is known now that the last plan sized with (``null`` until
+    calibrated: the forecast's own band stood in)."""
+    quantile: float | None = None
+    """The quantile level of the calibrated peak ratios, as adapted to
+    ``spec.objective`` (``null``: not adapted yet, ``spec.forecast.quantile``)."""
+    outcomes: int = 0
+    """Lookaheads scored so far."""
+    waited_fraction: float | None = None
+    """Share of demand that waited in recent lookaheads (faded like the calibration):
+    what ``spec.objective.servedFraction`` is held against."""
+    calibration: list[float] = Field(default_factory=list, max_length=100)
+    """Faded counts of ``log((peak + unit) / (base + unit))`` in 100 bins from -0.5 to
+    2.0."""
+    pending: list[LookaheadStatus] = Field(default_factory=list, max_length=64)
+    """Lookaheads not ended yet."""
+    observed_at: float | None = None
+    """When demand was last observed (unix seconds)."""
+    mean_demand: float | None = None
+    """The pool's typical demand (its recent mean, in the plan's unit): the margin is on
+    what is known now plus this, so it is additive on a low base."""
+
+
 class FleetStatus(WireModel):
     """Observed state of one fleet: a unified pool, or one role of a disaggregated pool."""
 
@@ -316,6 +370,8 @@ class FleetStatus(WireModel):
     """Last measured demand."""
     cold_start: ColdStartStatus | None = None
     """The cold start in use."""
+    risk: RiskStatus | None = None
+    """The peak risk model's margin and calibration (pools with ``spec.forecast``)."""
     next_window: WindowStatus | None = None
     """The scheduled window in progress or next."""
     standby: StandbyStatus | None = None

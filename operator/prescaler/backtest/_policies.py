@@ -28,14 +28,20 @@ import pandas as pd
 from prescaler.backtest._fleet import replicas_needed
 from prescaler.capacity import CapacityModel
 from prescaler.planning import (
+    Driver,
     FleetState,
     ForecastLike,
+    PeakRisk,
     PlanInputs,
+    RiskObjective,
     ScalePlan,
     ScalingPolicy,
     ScheduledWindow,
     next_fleet_state,
+    observe_risk,
     plan,
+    record_risk,
+    risk_sizing,
 )
 
 FloatArray = np.ndarray
@@ -441,11 +447,19 @@ class PredictivePolicy:
     history_seconds: float | None = None
     """Only this much history is handed to the forecaster (``None``: all of it)."""
     fresh_observation: bool = True
+    objective: RiskObjective | None = None
+    """The peak risk model's objective (``prescaler.api.risk_objective``); ``None``: the
+    forecast's upper band, as before the risk model."""
     name: str = "predictive"
     on_plan: Callable[[ScalePlan], None] | None = None
     standby: int = field(default=0, init=False)
     """Warm standby slots the last plan asks for (``ScalePlan.standby_replicas``); the
     simulation holds that many when it models standby."""
+    risk: PeakRisk | None = field(default=None, init=False)
+    """What the risk model has learned so far (the operator keeps it in status)."""
+    drivers: dict[Driver, tuple[int, float]] = field(default_factory=dict, init=False)
+    """Per driver (:data:`prescaler.planning.Driver`): the decisions it drove, and the
+    replica-seconds they asked for until the next decision."""
     _state: FleetState | None = field(default=None, repr=False)
     _forecast: ForecastLike | None = field(default=None, repr=False)
     _forecast_at: int = field(default=-1, repr=False)
@@ -497,6 +511,15 @@ class PredictivePolicy:
                 None if obs.queue_tokens is None else obs.queue_tokens / self._tokens_per_request
             ),
         )
+        sizing = None
+        if self.objective is not None:
+            # The operator's order: score the lookaheads that ended, then size.
+            risk = self.risk or PeakRisk()
+            ready = obs.ready * self.capacity.replica_requests_per_second
+            self.risk = observe_risk(
+                risk, self.objective, obs.now, observed, ready, state.waiting_requests
+            )
+            sizing = risk_sizing(self.risk, self.objective)
         decision = plan(
             PlanInputs(
                 now=obs.now,
@@ -506,7 +529,24 @@ class PredictivePolicy:
                 cold_start_seconds=self.cold_start_seconds,
                 forecast=forecast,
                 windows=tuple(self.windows),
+                risk=sizing,
             )
+        )
+        if self.risk is not None and decision.risk_base is not None:
+            end = obs.now + decision.lookahead_seconds
+            assert decision.risk_sized is not None
+            self.risk = record_risk(
+                self.risk,
+                obs.now,
+                end,
+                decision.risk_base,
+                decision.risk_sized,
+                decision.risk_unit or 0.0,
+            )
+        count, seconds = self.drivers.get(decision.driver, (0, 0.0))
+        self.drivers[decision.driver] = (
+            count + 1,
+            seconds + decision.desired_replicas * self.interval,
         )
         self._state = next_fleet_state(state, decision)
         self._forecast_usable = decision.forecast_usable

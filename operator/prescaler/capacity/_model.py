@@ -26,13 +26,16 @@ the same models with the same message.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
 from prescaler.capacity._architecture import ModelArchitecture
 
 GIB = 1024**3
 Constraint = Literal["memory", "compute", "schedule", "floor"]
+
+MAX_ADVISED_GPUS = 1024
+"""More GPUs per replica than this is not advice: the model does not fit these GPUs."""
 
 # A requirement is rounded up, but float noise must not turn 3.0000000001 into 4.
 _ROUNDING_SLACK = 1e-9
@@ -63,7 +66,7 @@ class ModelDoesNotFit(ValueError):
         model = replica.model
         one_request = model.kv_bytes_per_token * context_tokens
         fixes = []
-        if min_gpus is not None and min_gpus <= 1024:
+        if min_gpus is not None:
             fixes.append(f"at least {min_gpus} GPUs per replica")
         fixes += [
             "GPUs with more memory",
@@ -148,7 +151,20 @@ class ReplicaSpec:
         min_gpus = (
             math.ceil((self.model.weight_bytes + one_request) / per_gpu) if per_gpu > 0 else None
         )
+        # The estimate is in floats; the check is in whole bytes: step up until it holds.
+        while min_gpus is not None and min_gpus <= MAX_ADVISED_GPUS:
+            if self._fits_on(min_gpus, needed):
+                break
+            min_gpus += 1
+        else:
+            min_gpus = None  # no number of these GPUs is advice worth giving
         raise ModelDoesNotFit(self, context_tokens, needed, min_gpus)
+
+    def _fits_on(self, gpus: int, needed_on_these: int) -> bool:
+        """Whether one request fits on ``gpus`` GPUs, by :meth:`check_fits`'s own bytes."""
+        other = replace(self, gpus_per_replica=gpus)
+        extra = other.overhead_bytes - self.overhead_bytes
+        return needed_on_these + extra <= other.usable_bytes
 
     def max_concurrent_requests(self, context_tokens: int) -> int:
         """Requests of ``context_tokens`` tokens whose KV cache fits at once (>= 1).
@@ -178,6 +194,8 @@ class TokenProfile:
             raise ValueError("token counts must be >= 0")
         if self.prompt_tokens + self.output_tokens <= 0:
             raise ValueError("a request must carry at least one token")
+        if not math.isfinite(self.prompt_tokens + self.output_tokens):
+            raise ValueError("token counts must add up to a finite number")
         if self.context_tokens is not None and self.context_tokens <= 0:
             raise ValueError("context tokens must be > 0")
 

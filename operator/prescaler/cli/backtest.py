@@ -95,7 +95,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from prescaler.api import ColdStartSpec, ForecastSpec, InferencePoolSpec, ScaleDownSpec
+from prescaler.api import (
+    ColdStartSpec,
+    ForecastSpec,
+    InferencePoolSpec,
+    ObjectiveSpec,
+    ScaleDownSpec,
+)
 from prescaler.cli._capacity_args import add_capacity_arguments, capacity_from_args
 from prescaler.cli._common import (
     CliError,
@@ -271,6 +277,18 @@ def register(subparsers: Any) -> None:
         "--lead-margin-seconds",
         type=non_negative_int,
         help=f"spec.coldStart.marginSeconds (default {_default('margin_seconds', ColdStartSpec)})",
+    )
+    pol.add_argument(
+        "--served-fraction",
+        type=_share,
+        help="spec.objective.servedFraction: share of demand to serve without waiting for "
+        f"capacity (default {_default('served_fraction', ObjectiveSpec)})",
+    )
+    pol.add_argument(
+        "--adapt-rate",
+        type=non_negative_float,
+        help="spec.objective.adaptRate: how far one lookahead moves the quantile level "
+        f"(default {_default('adapt_rate', ObjectiveSpec)})",
     )
     pol.add_argument(
         "--observed-headroom",
@@ -850,6 +868,10 @@ def pool_raw(args: argparse.Namespace, config: Any) -> dict[str, Any]:
             forecast[wire] = getattr(args, flag)
     if args.refit_minutes is not None:
         forecast["refitSeconds"] = max(10, round(args.refit_minutes * 60.0))
+    objective: dict[str, Any] = {}
+    for flag, wire in (("served_fraction", "servedFraction"), ("adapt_rate", "adaptRate")):
+        if getattr(args, flag, None) is not None:
+            objective[wire] = getattr(args, flag)
     raw: dict[str, Any] = {
         "target": {"kind": "Deployment", "name": "backtest"},
         "minReplicas": config.min_replicas,
@@ -858,6 +880,8 @@ def pool_raw(args: argparse.Namespace, config: Any) -> dict[str, Any]:
         "coldStart": {"mode": "fixed", "seconds": min(7200, round(args.cold_start_seconds))},
         "forecast": forecast,
     }
+    if objective:
+        raw["objective"] = objective
     if args.lead_margin_seconds is not None:
         raw["coldStart"]["marginSeconds"] = args.lead_margin_seconds
     scale_down: dict[str, Any] = {}
@@ -892,7 +916,7 @@ def _predictive(
 ) -> Any:
     from dataclasses import replace
 
-    from prescaler.api import SpecError, forecast_service
+    from prescaler.api import SpecError, forecast_service, risk_objective
     from prescaler.api import scaling_policy as policy_from_spec
     from prescaler.planning import event_windows
 
@@ -929,6 +953,7 @@ def _predictive(
         cold_start_seconds=args.cold_start_seconds,
         windows=tuple(windows),
         interval=args.decision_seconds,
+        objective=risk_objective(spec),
         # As the operator: it reads spec.forecast.lookbackSeconds of history.
         history_seconds=(
             spec.forecast.lookback_seconds

@@ -32,6 +32,7 @@ from prescaler.api import (
     check_spec,
     fleets,
     parse_spec,
+    risk_objective,
     scaling_policy,
     scheduled_windows,
     target_of,
@@ -56,9 +57,12 @@ from prescaler.controller.status import (
     idle_since,
     invalid_status,
     learn_cold_start,
+    learn_risk,
     parse_rfc3339,
     parse_status,
     recent_targets,
+    remember_risk,
+    risk_status,
     role_previous,
     shortfall,
     status_patch,
@@ -96,10 +100,12 @@ from prescaler.planning import (
     FleetState,
     PlanInputs,
     PodLoad,
+    RiskSizing,
     ScalePlan,
     ScheduledWindow,
     drain_plan,
     plan,
+    risk_sizing,
 )
 from prescaler.sources import (
     ROLE_DEMAND,
@@ -239,7 +245,13 @@ class Reconciler:
             warmup = await prewarm.pool_condition(pool, spec, gathered.workload, previous)
         examined = external.examine(spec, pool.generation, previous, gathered, now)
         previous = examined.previous
-        decision = decide(spec, capacity, gathered, windows, previous, now)
+        risk, sizing = None, None
+        if spec.forecast is not None:
+            objective = risk_objective(spec)
+            ready = gathered.workload.ready_replicas
+            risk = learn_risk(previous.risk, objective, now, gathered.snapshot, capacity, ready)
+            sizing = risk_sizing(risk, objective)
+        decision = decide(spec, capacity, gathered, windows, previous, now, sizing)
         decision, change = external.govern(spec, pool.generation, examined, decision)
         if examined.found is not None:
             await self.kube.post_event(
@@ -259,7 +271,12 @@ class Reconciler:
             spec, pool.generation, previous, decision, gathered, capacity, windows, standby, now
         )
         status = status.model_copy(
-            update={"degradation": degradation.degradation_status(assessment, None)}
+            update={
+                "degradation": degradation.degradation_status(assessment, None),
+                "risk": (
+                    risk_status(remember_risk(risk, decision), sizing) if risk is not None else None
+                ),
+            }
         )
         status = external.record(status, spec, examined, change, decision, now, pool.generation)
         if prewarm is not None:
@@ -768,8 +785,10 @@ def decide(
     windows: tuple[ScheduledWindow, ...],
     previous: InferencePoolStatus,
     now: float,
+    risk: RiskSizing | None = None,
 ) -> ScalePlan:
-    """The planner's inputs from what was gathered, and its decision (pure)."""
+    """The planner's inputs from what was gathered, and its decision (pure). ``risk`` is
+    the peak risk model's margin (see :func:`prescaler.controller.status.learn_risk`)."""
     snapshot = gathered.snapshot
     observed = snapshot.demand if snapshot else None
     hot = spec.standby.hot.replicas > 0
@@ -802,5 +821,6 @@ def decide(
             forecast=forecast,
             windows=windows,
             forecast_expected=spec.forecast is not None,
+            risk=risk,
         )
     )

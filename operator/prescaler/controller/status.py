@@ -24,8 +24,10 @@ from prescaler.api import (
     ForecastStatus,
     InferencePoolSpec,
     InferencePoolStatus,
+    LookaheadStatus,
     PlanStatus,
     RecentTarget,
+    RiskStatus,
     RolesStatus,
     SelectionStatus,
     StandbyPartStatus,
@@ -35,7 +37,18 @@ from prescaler.api import (
 from prescaler.capacity import ROLES, CapacityModel, Role
 from prescaler.controller.model import Gathered
 from prescaler.kube import PodStart, Workload
-from prescaler.planning import ForecastLike, ScalePlan, ScheduledWindow
+from prescaler.planning import (
+    LOG_BINS,
+    ForecastLike,
+    Lookahead,
+    PeakRisk,
+    RiskObjective,
+    RiskSizing,
+    ScalePlan,
+    ScheduledWindow,
+    observe_risk,
+    record_risk,
+)
 from prescaler.sources import Snapshot
 from prescaler_forecast import Selection
 
@@ -165,6 +178,101 @@ def _given_up(pod: PodStart, now: float) -> bool:
     if pod.terminating or age >= STUCK_POD_SECONDS:
         return True
     return pod.unschedulable is not None and age >= UNSCHEDULABLE_GIVE_UP_SECONDS
+
+
+def peak_risk(previous: RiskStatus | None) -> PeakRisk:
+    """What the risk model had learned, from the last status (a status without it, or
+    with a calibration of the wrong shape, starts afresh: the forecast's band stands in
+    until the pool's own lookaheads have calibrated it again)."""
+    if previous is None:
+        return PeakRisk()
+    calibration = tuple(previous.calibration)
+    if calibration and len(calibration) != LOG_BINS:
+        calibration = ()
+    pending = tuple(
+        Lookahead(
+            start=p.start,
+            end=p.end,
+            base=p.base,
+            sized=p.sized,
+            unit=p.unit,
+            peak=p.peak,
+            demand=p.demand,
+            waited=p.waited,
+            seen=p.seen,
+        )
+        for p in previous.pending
+    )
+    return PeakRisk(
+        level=previous.quantile,
+        histogram=calibration,
+        pending=pending,
+        outcomes=previous.outcomes,
+        loss=previous.waited_fraction,
+        observed_at=previous.observed_at,
+        mean_demand=previous.mean_demand,
+    )
+
+
+def learn_risk(
+    previous: RiskStatus | None,
+    objective: RiskObjective,
+    now: float,
+    snapshot: Snapshot | None,
+    capacity: CapacityModel,
+    ready_replicas: int,
+) -> PeakRisk:
+    """The risk model after this reconcile's observation: what arrives (served plus the
+    queue's growth: a full fleet's served rate hides demand), against what the ready
+    replicas serve, with the queue ahead (requests, counted in the demand's unit: a
+    role's tokens). Missing data adds nothing."""
+    risk = peak_risk(previous)
+    if snapshot is None or snapshot.demand is None:
+        return risk
+    per = capacity.unit.per_request
+    arriving = snapshot.demand
+    growth = snapshot.waiting_growth_per_second
+    if growth is not None and math.isfinite(growth):
+        arriving = max(0.0, arriving + growth * per)
+    waiting = snapshot.waiting * per if snapshot.waiting is not None else None
+    ready = ready_replicas * capacity.replica_requests_per_second
+    return observe_risk(risk, objective, now, arriving, ready, waiting)
+
+
+def remember_risk(risk: PeakRisk, decision: ScalePlan) -> PeakRisk:
+    """Add the decision's lookahead, to score when it ends."""
+    if decision.risk_base is None or decision.risk_sized is None:
+        return risk
+    end = decision.now + decision.lookahead_seconds
+    unit = decision.risk_unit or 0.0
+    return record_risk(risk, decision.now, end, decision.risk_base, decision.risk_sized, unit)
+
+
+def risk_status(risk: PeakRisk, sizing: RiskSizing | None) -> RiskStatus:
+    """The risk model as the status keeps it (rounded: it is written every reconcile)."""
+    return RiskStatus(
+        margin=round(sizing.margin, 4) if sizing is not None and sizing.margin else None,
+        quantile=None if risk.level is None else round(risk.level, 6),
+        outcomes=risk.outcomes,
+        waited_fraction=None if risk.loss is None else round(risk.loss, 6),
+        calibration=[round(w, 3) for w in risk.histogram],
+        pending=[
+            LookaheadStatus(
+                start=p.start,
+                end=p.end,
+                base=round(p.base, 6),
+                sized=round(p.sized, 6),
+                unit=round(p.unit, 6),
+                peak=round(p.peak, 6),
+                demand=round(p.demand, 6),
+                waited=round(p.waited, 6),
+                seen=p.seen,
+            )
+            for p in risk.pending
+        ],
+        observed_at=risk.observed_at,
+        mean_demand=None if risk.mean_demand is None else round(risk.mean_demand, 6),
+    )
 
 
 def idle_since(

@@ -18,6 +18,7 @@ from prescaler.planning._drain import DrainPlan, PodLoad, drain_plan
 from prescaler.planning._planner import (
     Action,
     DemandPoint,
+    Driver,
     FleetState,
     ForecastLike,
     Mode,
@@ -27,10 +28,22 @@ from prescaler.planning._planner import (
     next_fleet_state,
     plan,
 )
+from prescaler.planning._risk import (
+    LOG_BINS,
+    Lookahead,
+    PeakRisk,
+    RiskObjective,
+    RiskSizing,
+    observe_risk,
+    record_risk,
+    risk_sizing,
+    sized_demand,
+)
 from prescaler.planning._windows import Occurrence, ScheduledWindow, event_windows
 
 __all__ = [
     "LEVELS",
+    "LOG_BINS",
     "Action",
     "AdmissionPolicy",
     "Assessment",
@@ -39,13 +52,18 @@ __all__ = [
     "DegradationState",
     "DemandPoint",
     "DrainPlan",
+    "Driver",
     "FleetState",
     "ForecastLike",
     "Level",
+    "Lookahead",
     "Mode",
     "Occurrence",
+    "PeakRisk",
     "PlanInputs",
     "PodLoad",
+    "RiskObjective",
+    "RiskSizing",
     "ScalePlan",
     "ScalingPolicy",
     "ScheduledWindow",
@@ -57,5 +75,9 @@ __all__ = [
     "event_windows",
     "forecast_shortfall",
     "next_fleet_state",
+    "observe_risk",
     "plan",
+    "record_risk",
+    "risk_sizing",
+    "sized_demand",
 ]

@@ -70,11 +70,29 @@ from dataclasses import dataclass, field, replace
 from typing import Literal, Protocol
 
 from prescaler.capacity import CapacityModel, Constraint, DemandUnit
+from prescaler.planning._risk import RiskSizing, sized_demand
 from prescaler.planning._windows import Occurrence, ScheduledWindow
 
 Mode = Literal["replicas", "hpaFloor"]
 ScaleDownMode = Literal["forecast", "paced"]
 Action = Literal["scale_up", "scale_down", "hold", "steady"]
+Driver = Literal[
+    "forecast",
+    "observed",
+    "queue",
+    "window",
+    "floor",
+    "release",
+    "memory",
+    "stabilization",
+    "missing-data",
+    "unschedulable",
+]
+"""The rule a decision's replica count comes from: a requirement (``forecast``: the
+forecast or the peak risk model; ``observed``: the nowcast guard; ``queue``; ``window``;
+``floor``: min/maxReplicas), or what held replicas the requirement would release
+(``release``: what the lookahead still needs; ``memory``: the recent targets;
+``stabilization``: too soon after a scale; ``missing-data``; ``unschedulable``)."""
 
 
 class DemandPoint(Protocol):
@@ -197,6 +215,10 @@ class PlanInputs:
     forecast_expected: bool = True
     """``False`` for a pool planned on schedules and bounds alone: no forecast is then not
     missing data, so scale-down after a window is allowed."""
+    risk: RiskSizing | None = None
+    """The peak risk model's margin (:mod:`prescaler.planning._risk`). With it, the
+    forecast's requirement is ``max(forecast mean peak over the lookahead, observed) x
+    margin``, and a release keeps exactly that; without it, the forecast's upper band."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -232,6 +254,16 @@ class ScalePlan:
     recent_targets: tuple[tuple[float, int], ...] = ()
     """The demand targets a scale-down must respect from now on: this decision's, and the
     earlier ones of the last lookahead plus stabilization period that are larger (rule 5)."""
+    driver: Driver = "floor"
+    """The rule the desired count comes from (see :data:`Driver`)."""
+    risk_base: float | None = None
+    """With the risk model: what is known now (the forecast mean's peak over the
+    lookahead, or the observed demand if larger), in the demand's unit."""
+    risk_sized: float | None = None
+    """With the risk model: the demand sized for (:func:`sized_demand`)."""
+    risk_unit: float | None = None
+    """With the risk model: the typical demand (at least one replica's capacity) the
+    margin also covers: it sizes ``(base + unit) x margin - unit``."""
 
     @property
     def changed(self) -> bool:
@@ -273,6 +305,16 @@ def _queue_demand(
     if drain > 0:
         what += f" + {waiting:.0f} waiting / {lookahead:.0f}s"
     return arriving * headroom + drain, what
+
+
+def _replica_rate(capacity: CapacityModel) -> float:
+    """One replica's demand, or 0 where the capacity model's numbers are absurd (a token
+    mix of 1e308: requirements saturate, and so does this)."""
+    try:
+        rate = capacity.replica_requests_per_second
+    except (OverflowError, ValueError):
+        return 0.0
+    return rate if math.isfinite(rate) and rate > 0 else 0.0
 
 
 def _remember(
@@ -322,8 +364,38 @@ def plan(inputs: PlanInputs) -> ScalePlan:
     keep_until = horizon_end + policy.scale_down_stabilization_seconds
     keep_peak = max((p.upper for p in points if p.t - step <= keep_until), default=None)
 
-    candidates: list[tuple[int, Constraint, str]] = []
-    if peak is not None:
+    candidates: list[tuple[int, Constraint, str, Driver]] = []
+    observed = fleet.observed_requests_per_second
+    seen = observed is not None and math.isfinite(observed) and observed >= 0
+    risk_base = risk_sized = risk_unit = None
+    if inputs.risk is not None and in_lookahead:
+        mean_peak = max(p.mean for p in in_lookahead)
+        if not (math.isfinite(mean_peak) and mean_peak >= 0):
+            mean_peak = 0.0
+        risk_base = max(mean_peak, observed if observed is not None and seen else 0.0)
+        source = "observed" if risk_base > mean_peak else "forecast mean peak"
+        risk_unit = max(_replica_rate(capacity), inputs.risk.typical)
+        if inputs.risk.margin is None:
+            # Until calibrated, the forecast's own band stands in (or what arrives now).
+            risk_sized = max(peak or 0.0, risk_base)
+            how = f"the forecast's upper band {peak or 0.0:.3g}, until calibrated"
+        else:
+            risk_sized = sized_demand(risk_base, inputs.risk.margin, risk_unit)
+            how = (
+                f"{source} {risk_base:.3g} (+{risk_unit:.3g} typical) "
+                f"x{inputs.risk.margin:.2f} (quantile {inputs.risk.level:.3f})"
+            )
+        need = capacity.required(risk_sized)
+        candidates.append(
+            (
+                need.replicas,
+                need.constraint,
+                f"peak within {lookahead:.0f}s: {how} = {risk_sized:.3g} {capacity.unit.name}"
+                f" needs {need.replicas}",
+                "forecast",
+            )
+        )
+    elif peak is not None:
         need = capacity.required(peak)
         candidates.append(
             (
@@ -331,10 +403,9 @@ def plan(inputs: PlanInputs) -> ScalePlan:
                 need.constraint,
                 f"forecast upper {peak:.3g} {capacity.unit.name} within {lookahead:.0f}s "
                 f"needs {need.replicas}",
+                "forecast",
             )
         )
-    observed = fleet.observed_requests_per_second
-    seen = observed is not None and math.isfinite(observed) and observed >= 0
     if observed is not None and seen:
         need = capacity.required(observed * policy.observed_headroom)
         extra = f" x{policy.observed_headroom:g}" if policy.observed_headroom != 1 else ""
@@ -343,6 +414,7 @@ def plan(inputs: PlanInputs) -> ScalePlan:
                 need.replicas,
                 need.constraint,
                 f"observed {observed:.3g} {capacity.unit.name}{extra} needs {need.replicas}",
+                "observed",
             )
         )
 
@@ -351,7 +423,12 @@ def plan(inputs: PlanInputs) -> ScalePlan:
         if queued is not None and queued[0] > observed * policy.observed_headroom:
             need = capacity.required(queued[0])
             candidates.append(
-                (need.replicas, need.constraint, f"queue: {queued[1]} needs {need.replicas}")
+                (
+                    need.replicas,
+                    need.constraint,
+                    f"queue: {queued[1]} needs {need.replicas}",
+                    "queue",
+                )
             )
 
     # What demand asks for (forecast, observation, queue): the memory keeps these only, as
@@ -368,13 +445,15 @@ def plan(inputs: PlanInputs) -> ScalePlan:
     window_floor, window_names = _window_requirement(occurrences, capacity)
     if occurrences:
         names = ", ".join(window_names)
-        candidates.append((window_floor, "schedule", f"window {names} needs {window_floor}"))
-    candidates.append((policy.min_replicas, "floor", f"minReplicas {policy.min_replicas}"))
+        candidates.append(
+            (window_floor, "schedule", f"window {names} needs {window_floor}", "window")
+        )
+    candidates.append((policy.min_replicas, "floor", f"minReplicas {policy.min_replicas}", "floor"))
 
-    target, constraint, why = max(candidates, key=lambda c: c[0])
+    target, constraint, why, driver = max(candidates, key=lambda c: c[0])
     if target > policy.max_replicas:
         why += f", capped at maxReplicas {policy.max_replicas}"
-        target = policy.max_replicas
+        target, driver = policy.max_replicas, "floor"
 
     current = fleet.current_replicas
     period = policy.scale_down_stabilization_seconds
@@ -387,18 +466,30 @@ def plan(inputs: PlanInputs) -> ScalePlan:
         target = 1
         why += f"; zero only after {period:.0f}s of zero or absent demand"
     hard_floor = min(max(window_floor, policy.min_replicas), policy.max_replicas)
-    if keep_peak is not None:
+    floor_driver: Driver = "window" if window_floor > policy.min_replicas else "floor"
+    if risk_sized is not None:
+        # A released replica can be back, ready, within one lookahead: a release keeps
+        # what the risk model sizes for that lookahead, which the target already is.
+        keep = capacity.required(risk_sized).replicas
+        if min(keep, policy.max_replicas) > hard_floor:
+            hard_floor, floor_driver = min(keep, policy.max_replicas), "release"
+    elif keep_peak is not None:
         # The guard will ask for observed demand x headroom within that period, and the
         # upper band is where observed demand is expected to stay.
         guard = policy.observed_headroom if seen else 1.0
         keep = capacity.required(keep_peak * guard).replicas
-        hard_floor = max(hard_floor, min(keep, policy.max_replicas))
+        if min(keep, policy.max_replicas) > hard_floor:
+            hard_floor, floor_driver = min(keep, policy.max_replicas), "release"
     # The memory: a release keeps the largest target of the last lookahead plus period,
     # so a forecast that jumps from one decision to the next does not flap the fleet.
-    recent = _remember(fleet.recent_targets, now, demand_target, lookahead + period)
+    # With the risk model there is none: its calibrated margin already covers what the
+    # lookahead may bring, and a released replica is back, ready, within it.
+    memory = 0.0 if risk_sized is not None else lookahead + period
+    recent = _remember(fleet.recent_targets, now, demand_target, memory)
     if not idle:
         remembered = max((r for t, r in recent if t < now), default=0)
-        hard_floor = max(hard_floor, min(remembered, policy.max_replicas))
+        if min(remembered, policy.max_replicas) > hard_floor:
+            hard_floor, floor_driver = min(remembered, policy.max_replicas), "memory"
     blind = policy.scale_down_requires_observation and not seen
     may_shrink = (usable and not blind) or not inputs.forecast_expected or idle
     desired, action, reason = _pace(inputs, target, hard_floor, may_shrink, why)
@@ -411,6 +502,15 @@ def plan(inputs: PlanInputs) -> ScalePlan:
             f"hold {current} (target {target}): {stuck} replicas cannot be scheduled "
             f"(no node has room), more would only queue: {why}"
         )
+        driver = "unschedulable"
+    elif desired > target:
+        # Replicas the requirement would release, kept: by which rule.
+        if desired == current and (not may_shrink or (blind and inputs.forecast_expected)):
+            driver = "missing-data"
+        elif desired > hard_floor:
+            driver = "stabilization"
+        else:
+            driver = floor_driver
 
     serving = fleet.ready_replicas + fleet.promoted_replicas
     promote = min(fleet.hot_ready_replicas, max(0, desired - serving))
@@ -449,6 +549,10 @@ def plan(inputs: PlanInputs) -> ScalePlan:
         retire_replicas=retire,
         retire_unready_replicas=retire_unready,
         recent_targets=recent,
+        driver=driver,
+        risk_base=risk_base,
+        risk_sized=risk_sized,
+        risk_unit=risk_unit,
     )
 
 

@@ -1,0 +1,281 @@
+"""The plan's one risk margin: a calibrated quantile of the lookahead's *peak* demand.
+
+What ready capacity must cover is the largest demand between now and the moment new
+capacity could be ready: the peak over the lookahead ``[now, now + cold start + margin]``,
+not any single forecast point. The risk model sizes it as ``base × margin``:
+
+* ``base`` is what is known now: the larger of the forecast mean's peak over the
+  lookahead and the demand arriving now (the observation), so the prediction is
+  conditioned on the observed level and on the forecast at once;
+* ``margin`` is ``exp(q)``, with ``q`` the quantile at level ``θ`` of the pool's own recent
+  log ratios ``log((peak + u) / (base + u))``, where ``u`` is the pool's typical demand
+  (its recent mean, at least one replica's capacity): the margin is on ``base + u``, so
+  it is multiplicative on a high base and additive on a low one. A burst out of a quiet
+  spell then asks for what such bursts bring, in the demand's own scale, instead of an
+  enormous ratio that would multiply the next high base as well. Split-conformal on a calibration
+  set that slides (a histogram of log ratios whose old mass fades, so the margin follows
+  the pool's volatility as it changes). Until enough lookaheads have ended, the forecast's own band
+  stands in.
+* ``θ`` starts at ``forecast.quantile`` and adapts online so that the share of demand
+  that waits tracks the objective ``ε = 1 − served fraction`` (adaptive conformal
+  inference, Gibbs and Candès 2021, in its risk-control form): when a lookahead ends,
+  ``θ ← θ + γ·(loss − ε)``, where ``loss`` is the share of that lookahead's demand that
+  waited (in [0, 1]: the update is bounded, so one burst cannot swing the fleet). A
+  miss raises the level; lookaheads without one lower it slowly, so over time the
+  realized loss averages ``ε`` whatever the traffic does.
+
+Everything learned is a value (:class:`PeakRisk`): the operator keeps it in the pool's
+status, so a restarted or failed-over operator plans with the calibration it had, and the
+backtest carries it from one decision to the next. Both call these functions: one code path.
+Pure: no clock, no I/O.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+
+__all__ = [
+    "LOG_BINS",
+    "Lookahead",
+    "PeakRisk",
+    "RiskObjective",
+    "RiskSizing",
+    "observe_risk",
+    "record_risk",
+    "risk_sizing",
+    "sized_demand",
+    "waiting_demand",
+]
+
+LOG_LOW, LOG_HIGH, LOG_BINS = -0.5, 2.0, 100
+"""The histogram's range of ``log(peak / base)`` (ratios 0.61 to 7.4) and its bins (one per
+2.5 % of margin). A ratio outside the range counts in the end bin."""
+_WIDTH = (LOG_HIGH - LOG_LOW) / LOG_BINS
+MAX_PENDING = 64
+"""Lookaheads awaiting their outcome, at most (the oldest go first)."""
+
+
+@dataclass(frozen=True, slots=True)
+class RiskObjective:
+    """What the risk model aims for and how fast it learns. Built from the spec
+    (``prescaler.api.risk_objective``), where the defaults live."""
+
+    served_fraction: float | None
+    """Share of demand to serve without waiting for capacity; ``None``: no adaptation,
+    the level stays at ``level``."""
+    level: float
+    """The quantile level a pool starts at (``spec.forecast.quantile``)."""
+    adapt_rate: float
+    """``γ``: how far one lookahead's outcome moves the level."""
+    memory: float
+    """Lookaheads the calibration set holds, in effect: each new one fades the older ones
+    by ``1 − 1/memory``."""
+    min_outcomes: float = 60.0
+    """Lookaheads needed before the calibrated margin replaces the forecast's band."""
+    min_level: float = 0.5
+    max_level: float = 0.99
+
+    def __post_init__(self) -> None:
+        sf = self.served_fraction
+        if sf is not None and not (math.isfinite(sf) and 0 < sf < 1):
+            raise ValueError("served fraction must be in (0, 1)")
+        if not self.min_level <= self.level <= self.max_level:
+            raise ValueError(f"level must be in [{self.min_level}, {self.max_level}]")
+        if not (self.adapt_rate >= 0 and self.memory >= 1 and self.min_outcomes >= 0):
+            raise ValueError("adapt rate, memory and min outcomes must be >= 0 (memory >= 1)")
+
+
+@dataclass(frozen=True, slots=True)
+class Lookahead:
+    """One decision's lookahead, scored when it ends."""
+
+    start: float
+    end: float
+    base: float
+    sized: float
+    unit: float = 0.0
+    """One replica's capacity, in the demand's unit: ratios are of ``x + unit``."""
+    peak: float = 0.0
+    """Largest demand observed in it so far."""
+    demand: float = 0.0
+    """Sum of the demand observed in it."""
+    waited: float = 0.0
+    """Sum of the demand observed to wait (:func:`waiting_demand`)."""
+    seen: int = 0
+    """Observations in it."""
+
+
+@dataclass(frozen=True, slots=True)
+class PeakRisk:
+    """What the risk model has learned: the level, the calibration set and what is pending."""
+
+    level: float | None = None
+    """``θ``, once adapted (``None``: the objective's starting level)."""
+    histogram: tuple[float, ...] = ()
+    """Faded counts of ``log(peak / base)`` per bin (empty: nothing learned yet)."""
+    pending: tuple[Lookahead, ...] = ()
+    outcomes: int = 0
+    """Lookaheads scored so far (not faded)."""
+    loss: float | None = None
+    """The realized loss, faded like the histogram: the share of demand that waited in
+    recent lookaheads (``None`` before the first)."""
+    observed_at: float | None = None
+    """When demand was last observed."""
+    mean_demand: float | None = None
+    """The pool's typical demand: the observed demand's mean, faded like the histogram."""
+
+    @property
+    def weight(self) -> float:
+        return sum(self.histogram)
+
+
+@dataclass(frozen=True, slots=True)
+class RiskSizing:
+    """What the planner sizes with: ``margin`` times the base."""
+
+    margin: float | None
+    """``exp(q)``; ``None`` until calibrated: the forecast's own band over its mean stands
+    in (the planner reads it off the forecast)."""
+    level: float
+    typical: float = 0.0
+    """The pool's typical demand (its recent mean): ``u`` is at least this."""
+
+    @property
+    def calibrated(self) -> bool:
+        return self.margin is not None
+
+
+def _bin(log_ratio: float) -> int:
+    return min(LOG_BINS - 1, max(0, int((log_ratio - LOG_LOW) / _WIDTH)))
+
+
+def _quantile(histogram: Sequence[float], level: float) -> float:
+    """The upper edge of the bin where the cumulative weight reaches ``level`` (rounded
+    up: a margin is never below the ratios it should cover)."""
+    total = sum(histogram)
+    need, cumulative = level * total, 0.0
+    for i, w in enumerate(histogram):
+        cumulative += w
+        if cumulative >= need - 1e-12:
+            return LOG_LOW + (i + 1) * _WIDTH
+    return LOG_HIGH
+
+
+def risk_sizing(risk: PeakRisk, objective: RiskObjective) -> RiskSizing:
+    """The margin to size with now: calibrated once ``min_outcomes`` lookaheads have ended,
+    else ``None`` (the forecast's own band stands in)."""
+    level = objective.level if risk.level is None else risk.level
+    typical = risk.mean_demand or 0.0
+    if risk.histogram and risk.outcomes >= objective.min_outcomes:
+        margin = math.exp(_quantile(risk.histogram, level))
+        return RiskSizing(margin=margin, level=level, typical=typical)
+    return RiskSizing(margin=None, level=level, typical=typical)
+
+
+def sized_demand(base: float, margin: float, unit: float) -> float:
+    """What to size for: the margin on ``base + unit``, less the unit (>= ``base`` for a
+    margin >= 1)."""
+    return max(0.0, (base + unit) * margin - unit)
+
+
+def record_risk(
+    risk: PeakRisk, start: float, end: float, base: float, sized: float, unit: float = 0.0
+) -> PeakRisk:
+    """Remember a decision's lookahead ``[start, end]`` to score it when it ends."""
+    if not (math.isfinite(base) and math.isfinite(sized) and base >= 0 and end > start):
+        return risk
+    if not (math.isfinite(unit) and unit >= 0):
+        unit = 0.0
+    look = Lookahead(start=start, end=end, base=base, sized=sized, unit=unit)
+    pending = (*risk.pending, look)
+    return replace(risk, pending=pending[-MAX_PENDING:])
+
+
+def waiting_demand(
+    demand: float, capacity: float, waiting: float | None, interval: float | None
+) -> float:
+    """Of ``demand`` arriving now, the part that waits: what exceeds ``capacity``, plus
+    the queue ahead of it (``waiting``, in the demand's unit times seconds) spread over
+    the ``interval`` since the last observation. A queue longer than an interval's
+    arrivals makes every arrival wait (FIFO). Missing queue data adds nothing."""
+    excess = max(0.0, demand - capacity)
+    if waiting is not None and math.isfinite(waiting) and waiting > 0 and interval:
+        excess += waiting / interval
+    return min(demand, excess)
+
+
+def observe_risk(
+    risk: PeakRisk,
+    objective: RiskObjective,
+    now: float,
+    demand: float | None,
+    ready_capacity: float | None = None,
+    waiting: float | None = None,
+) -> PeakRisk:
+    """Add the demand observed at ``now`` to every open lookahead, and score those that
+    have ended: their ratio joins the calibration set and their loss moves the level.
+
+    The loss is what really waited (:func:`waiting_demand`): demand above
+    ``ready_capacity``, the demand the ready replicas serve now (replicas asked for late
+    are still starting, so a margin too small shows up here one cold start later), plus
+    the queue ahead (``waiting``); without ``ready_capacity``, demand above the
+    lookahead's sized demand. Missing or garbage demand adds nothing (a lookahead with no
+    observation at all is dropped unscored, never counted as a miss or as calm)."""
+    valid = demand is not None and math.isfinite(demand) and demand >= 0
+    ready_known = ready_capacity is not None and math.isfinite(ready_capacity)
+    interval = None
+    if risk.observed_at is not None and now > risk.observed_at:
+        interval = now - risk.observed_at
+    histogram = list(risk.histogram) or [0.0] * LOG_BINS
+    level, outcomes, loss = risk.level, risk.outcomes, risk.loss
+    fade = 1.0 - 1.0 / objective.memory
+    still: list[Lookahead] = []
+    learned = False
+    mean = risk.mean_demand
+    if valid and demand is not None:
+        mean = demand if mean is None else mean * fade + demand * (1.0 - fade)
+    for look in risk.pending:
+        if valid and look.start <= now <= look.end and demand is not None:
+            look = replace(
+                look,
+                peak=max(look.peak, demand),
+                demand=look.demand + demand,
+                waited=look.waited
+                + waiting_demand(
+                    demand,
+                    ready_capacity if ready_known and ready_capacity is not None else look.sized,
+                    waiting,
+                    interval,
+                ),
+                seen=look.seen + 1,
+            )
+        if now < look.end:
+            still.append(look)
+            continue
+        if look.seen == 0 or (look.base + look.unit <= 0 and look.peak <= 0):
+            continue
+        below = look.base + look.unit
+        ratio = (look.peak + look.unit) / below if below > 0 else math.exp(LOG_HIGH)
+        histogram = [w * fade for w in histogram]
+        histogram[_bin(math.log(max(ratio, 1e-12)))] += 1.0
+        share = look.waited / look.demand if look.demand > 0 else 0.0
+        loss = share if loss is None else loss * fade + share * (1.0 - fade)
+        outcomes += 1
+        learned = True
+        if objective.served_fraction is not None and objective.adapt_rate > 0:
+            target = 1.0 - objective.served_fraction
+            moved = (objective.level if level is None else level) + objective.adapt_rate * (
+                share - target
+            )
+            level = min(objective.max_level, max(objective.min_level, moved))
+    return PeakRisk(
+        level=level,
+        histogram=tuple(histogram) if learned or risk.histogram else (),
+        pending=tuple(still),
+        outcomes=outcomes,
+        loss=loss,
+        observed_at=now if valid else risk.observed_at,
+        mean_demand=mean,
+    )

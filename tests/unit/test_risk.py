@@ -1,0 +1,218 @@
+"""The peak risk model (prescaler.planning._risk) and how the planner and status use it."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import pytest
+
+from prescaler.capacity import CapacityModel, TokenProfile
+from prescaler.controller.status import peak_risk, remember_risk, risk_status
+from prescaler.planning import (
+    LOG_BINS,
+    FleetState,
+    PeakRisk,
+    PlanInputs,
+    RiskObjective,
+    RiskSizing,
+    ScalingPolicy,
+    observe_risk,
+    plan,
+    record_risk,
+    risk_sizing,
+)
+from prescaler.planning._risk import waiting_demand
+
+
+def objective(**kw: float | None) -> RiskObjective:
+    base: dict[str, float | None] = {
+        "served_fraction": 0.99,
+        "level": 0.9,
+        "adapt_rate": 0.05,
+        "memory": 1000.0,
+        "min_outcomes": 3.0,
+    }
+    base.update(kw)
+    return RiskObjective(**base)  # type: ignore[arg-type]
+
+
+def one_lookahead(
+    risk: PeakRisk, obj: RiskObjective, t: float, base: float, demands: list[float]
+) -> PeakRisk:
+    """Record a lookahead [t, t + 10] sized at ``base`` (margin 1) and observe ``demands``
+    inside it, ready capacity matching the sized demand, then end it."""
+    risk = record_risk(risk, t, t + 10, base, base)
+    for i, d in enumerate(demands):
+        risk = observe_risk(risk, obj, t + 1 + i, d, ready_capacity=base)
+    return observe_risk(risk, obj, t + 11, None)
+
+
+def test_a_lookahead_is_scored_once_it_ends_by_its_peak_over_what_was_known() -> None:
+    obj = objective()
+    risk = record_risk(PeakRisk(), 0, 10, base=10, sized=12)
+    risk = observe_risk(risk, obj, 5, 11.0, ready_capacity=12)
+    assert risk.outcomes == 0, "not ended yet"
+    assert len(risk.pending) == 1
+    assert risk.pending[0].peak == 11
+    risk = observe_risk(risk, obj, 10, 14.0, ready_capacity=12)
+    assert risk.outcomes == 1
+    assert not risk.pending
+    # log(14 / 10) = 0.336 falls in the bin [0.325, 0.35).
+    (hit,) = [i for i, w in enumerate(risk.histogram) if w > 0]
+    assert hit == int((math.log(1.4) + 0.5) / 0.025)
+    assert risk.loss == pytest.approx(2 / 25), "2 of the 25 observed waited"
+
+
+def test_missing_demand_adds_nothing_and_an_unobserved_lookahead_is_not_scored() -> None:
+    obj = objective()
+    risk = record_risk(PeakRisk(), 0, 10, base=10, sized=10)
+    for bad in (None, math.nan, -1.0, math.inf):
+        assert observe_risk(risk, obj, 5, bad).pending == risk.pending
+    ended = observe_risk(risk, obj, 11, None)
+    assert ended.outcomes == 0
+    assert not ended.pending
+    assert not ended.histogram
+
+
+def test_the_forecast_band_stands_in_until_enough_lookaheads_have_ended() -> None:
+    obj = objective(min_outcomes=3)
+    risk = PeakRisk()
+    for k in range(2):
+        risk = one_lookahead(risk, obj, 100 * k, 10, [12.0])
+    assert risk_sizing(risk, obj).margin is None
+    risk = one_lookahead(risk, obj, 300, 10, [12.0])
+    sizing = risk_sizing(risk, obj)
+    assert sizing.calibrated
+    assert sizing.margin is not None
+    # Every ratio was 1.2: the margin is the upper edge of its bin, never below it.
+    assert 1.2 <= sizing.margin <= 1.2 * math.exp(0.025)
+
+
+def test_misses_raise_the_level_calm_lowers_it_and_no_objective_keeps_it() -> None:
+    obj = objective(level=0.9, served_fraction=0.99, adapt_rate=0.1)
+    missed = one_lookahead(PeakRisk(), obj, 0, 10, [20.0, 20.0])
+    assert missed.level == pytest.approx(0.9 + 0.1 * (0.5 - 0.01))
+    calm = one_lookahead(PeakRisk(), obj, 0, 10, [5.0, 8.0])
+    assert calm.level == pytest.approx(0.9 - 0.1 * 0.01)
+    fixed = objective(served_fraction=None)
+    assert one_lookahead(PeakRisk(), fixed, 0, 10, [20.0]).level is None
+    top = objective(level=0.99, adapt_rate=1.0)
+    assert one_lookahead(PeakRisk(), top, 0, 10, [50.0]).level == 0.99, "bounded"
+
+
+def test_over_time_the_share_that_waited_tracks_the_objective() -> None:
+    # Ratios peak/base uniform over 1.0 .. 2.0; a miss leaves the share above the margin.
+    obj = objective(served_fraction=0.95, level=0.5, adapt_rate=0.2, min_outcomes=20)
+    risk = PeakRisk()
+    shares = []
+    for k in range(3000):
+        ratio = 1.0 + ((k * 0.6180339887) % 1.0)
+        sizing = risk_sizing(risk, obj)
+        sized = 10 * (sizing.margin or 1.5)
+        risk = record_risk(risk, 20 * k, 20 * k + 10, 10, sized)
+        risk = observe_risk(risk, obj, 20 * k + 5, 10 * ratio, ready_capacity=sized)
+        risk = observe_risk(risk, obj, 20 * k + 11, None)
+        if k >= 1000:
+            shares.append(max(0.0, 10 * ratio - sized) / (10 * ratio))
+    assert sum(shares) / len(shares) == pytest.approx(0.05, abs=0.01)
+
+
+def test_what_waits_is_the_excess_and_the_queue_ahead() -> None:
+    assert waiting_demand(10, 12, None, None) == 0
+    assert waiting_demand(10, 8, None, None) == 2
+    assert waiting_demand(10, 12, 30, 30) == 1, "30 waiting over 30 s: 1/s of it waits"
+    assert waiting_demand(10, 12, 3000, 30) == 10, "a long queue: everything waits"
+    assert waiting_demand(10, 12, math.nan, 30) == 0
+
+
+# ------------------------------------------------------------------------- planner
+
+
+@dataclass(frozen=True)
+class P:
+    t: float
+    mean: float
+    upper: float
+
+
+@dataclass(frozen=True)
+class F:
+    points: tuple[P, ...]
+    generated_at: float
+    step_seconds: float = 60.0
+
+
+def capacity() -> CapacityModel:
+    # One replica serves 10 requests/s.
+    return CapacityModel(tokens=TokenProfile(900, 100), tokens_per_second=10_000)
+
+
+def inputs(risk: RiskSizing | None, observed: float | None, current: int = 1) -> PlanInputs:
+    forecast = F(tuple(P(60.0 * k, 30.0, 60.0) for k in range(1, 11)), generated_at=0)
+    return PlanInputs(
+        now=0,
+        capacity=capacity(),
+        fleet=FleetState(current_replicas=current, observed_requests_per_second=observed),
+        policy=ScalingPolicy(max_replicas=100, scale_down_mode="forecast"),
+        cold_start_seconds=240,
+        forecast=forecast,
+        risk=risk,
+    )
+
+
+def test_the_plan_sizes_what_is_known_now_plus_the_typical_demand_times_the_margin() -> None:
+    # (30 + 10 typical) x 1.25 - 10 = 40: four replicas of 10 requests/s.
+    decided = plan(inputs(RiskSizing(margin=1.25, level=0.9, typical=10), observed=20))
+    assert (decided.risk_base, decided.risk_sized, decided.risk_unit) == (30, 40, 10)
+    assert decided.desired_replicas == 4
+    assert decided.driver == "forecast"
+    # The observed level is part of what is known: above the forecast, it is the base.
+    above = plan(inputs(RiskSizing(margin=1.25, level=0.9, typical=10), observed=40))
+    assert above.risk_base == 40
+    assert above.risk_sized == 52.5
+    assert above.desired_replicas == 6
+    # A quiet pool's typical demand is at least one replica's worth.
+    quiet = plan(inputs(RiskSizing(margin=1.25, level=0.9, typical=0), observed=20))
+    assert quiet.risk_unit == 10
+    # Until calibrated, the forecast's own upper band stands in.
+    band = plan(inputs(RiskSizing(margin=None, level=0.9), observed=20))
+    assert band.risk_sized == 60
+    assert band.desired_replicas == 6
+
+
+def test_a_release_keeps_what_the_risk_model_sizes_for_the_lookahead() -> None:
+    sizing = RiskSizing(margin=1.25, level=0.9, typical=10)
+    decided = plan(inputs(sizing, observed=20, current=9))
+    assert decided.action == "scale_down"
+    assert decided.desired_replicas == 4
+    # Without the risk model, the old band over lookahead plus period holds more.
+    old = plan(inputs(None, observed=20, current=9))
+    assert old.desired_replicas == 6
+
+
+# ------------------------------------------------------------------------- status
+
+
+def test_the_calibration_survives_a_restart_through_the_status() -> None:
+    obj = objective()
+    risk = PeakRisk()
+    for k in range(5):
+        risk = one_lookahead(risk, obj, 100 * k, 10, [11.0 + k, 30.0])
+    risk = record_risk(risk, 1000, 1300, 12, 15)
+    risk = observe_risk(risk, obj, 1001, 13.0, ready_capacity=15)
+    kept = risk_status(risk, risk_sizing(risk, obj))
+    restored = peak_risk(kept.model_validate(kept.model_dump(by_alias=True)))
+    assert restored.level == pytest.approx(risk.level or 0, abs=1e-6)
+    assert len(restored.histogram) == LOG_BINS
+    assert restored.histogram == pytest.approx(risk.histogram, abs=1e-3)
+    assert restored.pending == risk.pending
+    assert risk_sizing(restored, obj).margin == pytest.approx(risk_sizing(risk, obj).margin)
+
+
+def test_a_plan_without_the_risk_model_records_no_lookahead() -> None:
+    decided = plan(inputs(None, observed=20))
+    assert remember_risk(PeakRisk(), decided) == PeakRisk()
+    with_risk = plan(inputs(RiskSizing(margin=1.25, level=0.9, typical=10), observed=20))
+    (look,) = remember_risk(PeakRisk(), with_risk).pending
+    assert (look.start, look.end, look.sized, look.unit) == (0, 300, 40, 10)
