@@ -69,6 +69,18 @@ class ReconcileSettings:
     """How long a reconcile waits for its forecast's history refresh before using the
     previous forecast. It never waits for a model selection or an expensive fit: those go
     to the fit queue."""
+    forecast_model_timeout_seconds: float = 10.0
+    """How long a history refresh waits for the forecast it makes without an expensive step
+    (cheap models, or a cached fit with its nowcast; run in a thread) before the last level
+    stands in (condition ForecastHealthy reason ForecastTimeout). A model that hangs is not
+    called again for its series until it returns."""
+    forecast_fit_timeout_seconds: float = 300.0
+    """How long one job of the fit queue (a model selection, or an expensive fit such as
+    Prophet's) may run. Past it the job is abandoned: its pools keep their last good
+    forecast (condition ForecastHealthy reason ForecastTimeout), its fit process is killed
+    and replaced so the jobs queued behind it run on, and it is retried later. A fit in a
+    thread (``forecast_workers`` 0) cannot be killed: its series is not fitted again until
+    it returns."""
     fit_queue_limit: int = 4096
     """Selection and fit jobs the fit queue holds at most (one per shared demand series)."""
     first_fit_spread_seconds: float = 60.0
@@ -125,6 +137,12 @@ class OperatorSettings:
             raise ValueError("kube threads must be >= 1")
         if self.reconcile.forecast_workers < 0:
             raise ValueError("forecast workers must be >= 0")
+        for label, timeout in (
+            ("forecast model timeout", self.reconcile.forecast_model_timeout_seconds),
+            ("forecast fit timeout", self.reconcile.forecast_fit_timeout_seconds),
+        ):
+            if not timeout > 0:
+                raise ValueError(f"{label} must be > 0 seconds")
         if self.reconcile.fit_queue_limit < 1:
             raise ValueError("fit queue limit must be >= 1")
         if not 0 <= self.reconcile.fit_worker_nice <= 19:

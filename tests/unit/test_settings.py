@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 import pytest
 
 from prescaler.cli import run as run_cli
 from prescaler.cli._common import CliError
-from prescaler.settings import LeaderSettings, OperatorSettings, from_env
+from prescaler.controller.fits import FitProcesses
+from prescaler.controller.runtime import Runtime
+from prescaler.settings import LeaderSettings, OperatorSettings, ReconcileSettings, from_env
 
 
 def test_leader_election_is_off_by_default_and_read_from_the_environment() -> None:
@@ -84,3 +87,67 @@ def test_prewarm_settings_come_from_the_environment_and_are_checked() -> None:
     assert from_env({}).prewarm.enabled
     with pytest.raises(ValueError, match="prewarm concurrency"):
         from_env({"PRESCALER_PREWARM_CONCURRENCY": "0"})
+
+
+def test_forecast_timeouts_come_from_the_environment_or_flags_and_are_checked(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    defaults = ReconcileSettings()
+    unset = from_env({}).reconcile
+    assert unset.forecast_model_timeout_seconds == defaults.forecast_model_timeout_seconds
+    assert unset.forecast_fit_timeout_seconds == defaults.forecast_fit_timeout_seconds
+    env = {
+        "PRESCALER_RECONCILE_FORECAST_MODEL_TIMEOUT_SECONDS": "4",
+        "PRESCALER_RECONCILE_FORECAST_FIT_TIMEOUT_SECONDS": "90",
+    }
+    read = from_env(env).reconcile
+    assert (read.forecast_model_timeout_seconds, read.forecast_fit_timeout_seconds) == (4, 90)
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    flags = run_cli.settings_from_args(
+        _args("--forecast-model-timeout", "3", "--forecast-fit-timeout", "45")
+    ).reconcile
+    assert (flags.forecast_model_timeout_seconds, flags.forecast_fit_timeout_seconds) == (3, 45)
+    with pytest.raises(ValueError, match="forecast fit timeout"):
+        from_env({"PRESCALER_RECONCILE_FORECAST_FIT_TIMEOUT_SECONDS": "0"})
+    with pytest.raises(ValueError, match="forecast model timeout"):
+        from_env({"PRESCALER_RECONCILE_FORECAST_MODEL_TIMEOUT_SECONDS": "-1"})
+    with pytest.raises(SystemExit):
+        _args("--forecast-fit-timeout", "0")
+
+
+KUBECONFIG = """
+apiVersion: v1
+kind: Config
+clusters: [{name: c, cluster: {server: "https://127.0.0.1:1"}}]
+users: [{name: u, user: {token: t}}]
+contexts: [{name: x, context: {cluster: c, user: u}}]
+current-context: x
+"""
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_the_forecast_settings_reach_the_forecast_hub(tmp_path: Path, workers: int) -> None:
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(KUBECONFIG)
+    reconcile = ReconcileSettings(
+        kubeconfig=str(kubeconfig),
+        forecast_workers=workers,
+        forecast_wait_seconds=1.5,
+        forecast_model_timeout_seconds=4.0,
+        forecast_fit_timeout_seconds=90.0,
+    )
+    runtime = Runtime.build(OperatorSettings(reconcile=reconcile))
+    try:
+        hub = runtime.reconciler.forecasts
+        assert (hub.wait_seconds, hub.model_timeout_seconds) == (1.5, 4.0)
+        assert hub.fit_timeout_seconds == 90.0
+        assert hub.fit_workers == max(1, workers)
+        assert hub.fit_processes is runtime.fit_pool
+        if workers:
+            assert isinstance(runtime.fit_pool, FitProcesses)
+            assert runtime.fit_pool.workers == workers
+        else:
+            assert runtime.fit_pool is None  # fits run in a thread
+    finally:
+        runtime.close()

@@ -11,6 +11,7 @@ from dataclasses import replace
 from typing import Any
 
 from prescaler.cli._common import CliError, positive_float
+from prescaler.settings import ReconcileSettings
 
 
 def register(subparsers: Any) -> None:
@@ -44,6 +45,21 @@ def register(subparsers: Any) -> None:
         "--interval", type=positive_float, help="reconcile period per pool, seconds"
     )
     parser.add_argument("--forecast-workers", type=int, help="processes for forecast fits")
+    defaults = ReconcileSettings()
+    parser.add_argument(
+        "--forecast-model-timeout",
+        type=positive_float,
+        metavar="SECONDS",
+        help="how long a history refresh waits for its forecast before the last level stands "
+        f"in (default {defaults.forecast_model_timeout_seconds:g})",
+    )
+    parser.add_argument(
+        "--forecast-fit-timeout",
+        type=positive_float,
+        metavar="SECONDS",
+        help="how long a model selection or an expensive fit may run before it is abandoned "
+        f"and its process replaced (default {defaults.forecast_fit_timeout_seconds:g})",
+    )
     parser.add_argument(
         "--liveness", metavar="URL", help="liveness endpoint, e.g. http://0.0.0.0:8081/healthz"
     )
@@ -79,6 +95,12 @@ def settings_from_args(args: argparse.Namespace) -> Any:
             reconcile = replace(reconcile, interval_seconds=args.interval)
         if args.forecast_workers is not None:
             reconcile = replace(reconcile, forecast_workers=args.forecast_workers)
+        if args.forecast_model_timeout is not None:
+            reconcile = replace(
+                reconcile, forecast_model_timeout_seconds=args.forecast_model_timeout
+            )
+        if args.forecast_fit_timeout is not None:
+            reconcile = replace(reconcile, forecast_fit_timeout_seconds=args.forecast_fit_timeout)
         settings = replace(settings, reconcile=reconcile)
         if args.liveness is not None:
             settings = replace(settings, liveness_endpoint=args.liveness)

@@ -13,7 +13,8 @@ with what the forecast hub has meanwhile. The queue:
   restarted operator spread its first fits instead of stampeding.
 
 :class:`FairQueue` is the pure ordering (no asyncio, no clock); :class:`FitScheduler` runs
-it on the event loop.
+it on the event loop. :class:`FitProcesses` are the processes the jobs fit in: one per
+worker, each its own executor, so a fit that hangs is ended by killing its process alone.
 """
 
 from __future__ import annotations
@@ -23,9 +24,14 @@ import contextlib
 import heapq
 import itertools
 import logging
+import multiprocessing
+import os
+import signal
 import time
 from collections.abc import Awaitable, Callable, Hashable
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Generic, TypeVar
 
 K = TypeVar("K", bound=Hashable)
@@ -206,3 +212,107 @@ class FitScheduler(Generic[K]):
             self._running.pop(key, None)
             if self._wake is not None:
                 self._wake.set()
+
+
+class FitProcesses:
+    """The fit processes: ``workers`` slots, each a one-process executor of its own.
+
+    A fit job takes a slot for as long as it runs (:meth:`take`) and gives it back
+    (:meth:`give`). A job that ran past its timeout gives it back ``hung``: the slot's
+    process is killed together with the processes it started (Prophet's Stan optimizer
+    runs in one), and a fresh executor takes the slot. So a fit that never returns holds
+    its worker only until its timeout, the jobs queued behind it run on, and the other
+    slots are not disturbed (one shared pool would break as a whole when one of its
+    processes is killed).
+
+    Processes start with a slot's first fit (``spawn``: forking a process that runs
+    threads is unsafe), at niceness ``nice``: fits are background work and must not slow
+    the reconciles down.
+    """
+
+    def __init__(self, workers: int, *, nice: int = 0) -> None:
+        if workers < 1:
+            raise ValueError("the fit processes need at least one worker")
+        self.workers = workers
+        self.nice = nice
+        self.replaced = 0
+        """Slots whose process was killed and replaced (hung fits)."""
+        self._context = multiprocessing.get_context("spawn")
+        self._free: list[ProcessPoolExecutor] = [self._new() for _ in range(workers)]
+        self._taken: set[ProcessPoolExecutor] = set()
+        self._closed = False
+
+    def _new(self) -> ProcessPoolExecutor:
+        return ProcessPoolExecutor(
+            max_workers=1, mp_context=self._context, initializer=os.nice, initargs=(self.nice,)
+        )
+
+    def take(self) -> ProcessPoolExecutor:
+        """A free slot's executor, for one job."""
+        if self._closed:
+            raise RuntimeError("the fit processes are shut down")
+        executor = self._free.pop() if self._free else self._new()
+        self._taken.add(executor)
+        return executor
+
+    def give(self, executor: ProcessPoolExecutor, *, hung: bool = False) -> None:
+        """Give a slot back after its job; ``hung``: kill its processes and replace it."""
+        self._taken.discard(executor)
+        if hung:
+            kill_processes(executor)
+            self.replaced += 1
+            if self._closed:
+                return
+            executor = self._new()
+        if self._closed or len(self._free) >= self.workers:
+            executor.shutdown(wait=False, cancel_futures=True)
+            return
+        self._free.append(executor)
+
+    def shutdown(self) -> None:
+        """Stop every slot (a fit running finishes in its process, which then exits)."""
+        self._closed = True
+        for executor in [*self._free, *self._taken]:
+            executor.shutdown(wait=False, cancel_futures=True)
+        self._free.clear()
+        self._taken.clear()
+
+
+def kill_processes(executor: ProcessPoolExecutor) -> None:
+    """Kill (SIGKILL) the executor's processes and every process they started, then shut
+    it down: its futures fail with ``BrokenProcessPool``."""
+    # The stdlib keeps no public handle on its processes.
+    processes = getattr(executor, "_processes", None) or {}
+    pids = [p.pid for p in list(processes.values()) if p.pid is not None]
+    doomed = [pid for root in pids for pid in (root, *_descendants(root))]
+    for pid in doomed:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signal.SIGKILL)
+    if doomed:
+        log.warning("killed a hung fit process and what it started: pids %s", doomed)
+    executor.shutdown(wait=False, cancel_futures=True)
+
+
+def _descendants(pid: int) -> list[int]:
+    """The processes ``pid`` started, and theirs (Linux ``/proc``; none elsewhere)."""
+    children: dict[int, list[int]] = {}
+    proc = Path("/proc")
+    if not proc.is_dir():
+        return []
+    for entry in proc.iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:  # gone meanwhile
+            continue
+        # "pid (comm) state ppid ...": comm may hold spaces and parentheses.
+        parent = int(stat.rsplit(")", 1)[1].split()[1])
+        children.setdefault(parent, []).append(int(entry.name))
+    found: list[int] = []
+    todo = [pid]
+    while todo:
+        kids = children.get(todo.pop(), [])
+        found.extend(kids)
+        todo.extend(kids)
+    return found

@@ -25,6 +25,14 @@ waited for at most ``model_timeout_seconds``: a model that hangs does not hold t
 loop, the last level stands in (reason ``ForecastTimeout``), and the series is not
 forecast again until the hung call returns.
 
+**Hung fits.** A fit-queue job (a selection, an expensive fit) that runs longer than
+``fit_timeout_seconds`` is abandoned: the series keeps its last good forecast (refreshes
+go on from its last fit, with the nowcast, or the cheap stand-in), reason
+``ForecastTimeout`` says so until a later fit ends, and the job is retried later. In the
+fit processes, the job's process is killed and replaced, so the worker is free for the
+jobs queued behind it. A thread (``forecast_workers: 0``) cannot be killed: that series is
+not fitted again until the hung call returns.
+
 **Staleness.** When a due step waits longer than ``stale_seconds`` (a long queue, failing
 fits) or the history stops refreshing, the result says ``Stale``: the plan still uses the
 forecast (the planner holds on one older than its max age), and the condition and the
@@ -38,6 +46,7 @@ import contextlib
 import functools
 import hashlib
 import json
+import logging
 import math
 import time
 from collections.abc import Callable, Sequence
@@ -47,15 +56,17 @@ from dataclasses import dataclass, field
 import pandas as pd
 
 from prescaler.api import ForecastSpec, SelectionStatus, forecast_service
-from prescaler.controller.fits import FitScheduler
+from prescaler.controller.fits import FitProcesses, FitScheduler
 from prescaler.controller.model import ForecastResult
 from prescaler.controller.status import selection_from_status, selection_status
 from prescaler.metrics import Metrics
 from prescaler.planning import ScheduledWindow, event_windows
+from prescaler.settings import ReconcileSettings
 from prescaler.sources import PrometheusSource
 from prescaler_forecast import (
     AUTO,
     SELECTION,
+    STATUS_INSUFFICIENT_HISTORY,
     STATUS_MODEL_FAILED,
     STATUS_OK,
     EventSource,
@@ -65,8 +76,13 @@ from prescaler_forecast import (
 )
 
 RETRY_SECONDS = 600.0
-"""A job that left its step still due (e.g. too little history for Prophet) is not
-queued again sooner than this (or the refit period, if shorter)."""
+"""A job that left its step still due (e.g. too little history for Prophet), failed or
+timed out is not queued again sooner than this (or the refit period, if shorter)."""
+
+_SETTINGS = ReconcileSettings()
+"""The operator settings' defaults (the one place they are written)."""
+
+log = logging.getLogger("prescaler")
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,6 +152,11 @@ class _Series:
     is not thread-safe, and a hung model must not pile up threads)."""
     timed_out: str | None = None
     """Why the current forecast is the last level: the model did not answer in time."""
+    fitting: asyncio.Future[Forecast] | None = None
+    """The expensive step of the latest job; an abandoned one is kept until it ends."""
+    fit_timed_out: str | None = None
+    """Why the series plans with its last good forecast: a job ran past the fit timeout
+    (cleared when a later fit ends)."""
 
 
 @dataclass
@@ -144,21 +165,27 @@ class ForecastHub:
 
     metrics: Metrics
     executor: Executor | None
-    """Process pool for fits and selection (``None``: the loop's default thread pool)."""
+    """Where fits and selections run without ``fit_processes`` (``None``: the loop's
+    default thread pool)."""
     io_executor: Executor | None = None
     """Thread pool for Prometheus reads."""
-    wait_seconds: float = 2.0
+    fit_processes: FitProcesses | None = None
+    """Processes for fits and selections, one per running job (a hung one is killed and
+    replaced); ``None``: ``executor``."""
+    wait_seconds: float = _SETTINGS.forecast_wait_seconds
     """How long a reconcile waits for its series' history refresh (never for a fit)."""
     fit_workers: int = 1
     """Jobs the fit queue runs at once (the process pool's size)."""
-    fit_queue_limit: int = 4096
+    fit_queue_limit: int = _SETTINGS.fit_queue_limit
     """Jobs the fit queue holds at most."""
-    first_fit_spread_seconds: float = 60.0
+    first_fit_spread_seconds: float = _SETTINGS.first_fit_spread_seconds
     """A series' first job in this process is due within this long (spread by its key)."""
-    stale_seconds: float = 300.0
+    stale_seconds: float = _SETTINGS.forecast_stale_seconds
     """A due step or refresh overdue by more than this makes the forecast ``Stale``."""
-    model_timeout_seconds: float = 10.0
+    model_timeout_seconds: float = _SETTINGS.forecast_model_timeout_seconds
     """How long a refresh waits for the cheap forecast before the last level stands in."""
+    fit_timeout_seconds: float = _SETTINGS.forecast_fit_timeout_seconds
+    """How long a fit-queue job may run before it is abandoned (and its process killed)."""
     clock: Callable[[], float] = time.time
     make_service: Callable[[ForecastSpec, Sequence[EventWindow] | EventSource], ForecastService] = (
         field(default=lambda spec, events: series_service(spec, events))
@@ -201,8 +228,9 @@ class ForecastHub:
     def close(self) -> None:
         self._fits.close()
         for series in self._series.values():
-            if series.refresh is not None:
-                series.refresh.cancel()
+            for task in (series.refresh, series.fitting):
+                if task is not None:
+                    task.cancel()
 
     async def get(
         self,
@@ -323,8 +351,8 @@ class ForecastHub:
         """Queue the series' due step unless it is queued or running already."""
         if series.due != due or series.due_since is None:
             series.due, series.due_since = due, now
-        if self._fits.busy(series.key):
-            return
+        if self._fits.busy(series.key) or _running(series.fitting):
+            return  # queued, running, or abandoned in a thread that has not returned
         due_at = max(now, series.retry_at)
         if not series.started:
             spread = int(series.key.digest[:8], 16) / 0xFFFFFFFF
@@ -335,19 +363,39 @@ class ForecastHub:
             self.metrics.fit_queue_rejected.inc()
 
     async def _job(self, key: SeriesKey) -> None:
-        """The expensive step(s) of one series, in the process pool (run by the queue)."""
+        """The expensive step(s) of one series, in the fit processes (run by the queue);
+        abandoned past ``fit_timeout_seconds``."""
         series = self._series.get(key)
         if series is None or series.closed or series.history is None:
             return
+        if _running(series.fitting):
+            return  # an abandoned step still runs in a thread
         service, history, at = series.service, series.history, series.history_at
         before, selection_before = _fit_counts(service), service.selection
-        started = time.perf_counter()
+        started, step = time.perf_counter(), series.due
+        slot = self.fit_processes.take() if self.fit_processes is not None else None
+        fitting = asyncio.ensure_future(
+            service.forecast_async(history, at, executor=slot or self.executor)
+        )
+        fitting.add_done_callback(_retrieve)  # whoever waits for it, or nobody
+        series.fitting = fitting
+        timeout = self.fit_timeout_seconds
         try:
-            await service.forecast_async(history, at, executor=self.executor)
+            await asyncio.wait({fitting}, timeout=timeout)
+        finally:
+            hung = not fitting.done()
+            if slot is not None and self.fit_processes is not None:
+                self.fit_processes.give(slot, hung=hung)  # a hung one is killed, replaced
+        if hung:
+            self._abandon(series, fitting, step, timeout, replaced=slot is not None)
+            return
+        try:
+            fitting.result()
         except Exception as exc:  # a boundary: reported in the status, retried later
             series.error = f"{type(exc).__name__}: {exc}"[:1000]
             series.retry_at = self.clock() + min(RETRY_SECONDS, series.spec.refit_seconds)
             return
+        series.fit_timed_out = None
         self._count_fits(service, before, time.perf_counter() - started)
         if service.selection is not selection_before:
             self.metrics.fits.labels("selection").inc()
@@ -365,6 +413,37 @@ class ForecastHub:
             series.due = series.due_since = None
         else:  # the step did not help (e.g. too little history for it): not again soon
             series.retry_at = self.clock() + min(RETRY_SECONDS, series.spec.refit_seconds)
+
+    def _abandon(
+        self,
+        series: _Series,
+        fitting: asyncio.Future[Forecast],
+        step: str | None,
+        timeout: float,
+        replaced: bool,
+    ) -> None:
+        """A job ran past the fit timeout: the series keeps its forecast and says so; the
+        step is retried later (in a thread, once the hung call has returned)."""
+        what = "the selection" if step == SELECTION else f"the {step or 'model'} fit"
+        after = (
+            "its process was killed and replaced"
+            if replaced
+            else "it is not started again until the hung call returns"
+        )
+        series.fit_timed_out = (
+            f"{what} did not finish within {timeout:g}s and was abandoned ({after})"
+        )
+        series.retry_at = self.clock() + min(RETRY_SECONDS, series.spec.refit_seconds)
+        log.warning("forecast series %s: %s", series.key.fingerprint, series.fit_timed_out)
+
+        def ended(task: asyncio.Future[Forecast]) -> None:
+            if task.cancelled() or task.exception() is not None:
+                return  # killed (BrokenProcessPool) or failed: the retry will tell
+            if not series.closed:  # it returned at last: its fit is installed
+                series.fit_timed_out = None
+                series.due = series.due_since = None  # the next refresh says what is due
+
+        fitting.add_done_callback(ended)
 
     # ------------------------------------------------------------------ reporting
     def _count_fits(
@@ -393,6 +472,9 @@ class ForecastHub:
         if series.timed_out is not None:
             message = f"{series.timed_out}; planning with the last level"
             return ForecastResult(forecast, False, "ForecastTimeout", message)
+        if series.fit_timed_out is not None and forecast.status == STATUS_INSUFFICIENT_HISTORY:
+            message = f"{series.fit_timed_out}; {forecast.detail}"[:1000]
+            return ForecastResult(None, False, "ForecastTimeout", message)
         if forecast.status == STATUS_MODEL_FAILED:
             message = f"{forecast.detail}; planning with {forecast.model}"[:1000]
             return ForecastResult(forecast, False, "ModelFailed", message, selection=selection)
@@ -409,6 +491,10 @@ class ForecastHub:
 
         if series.error is not None:
             return result(False, "RefreshFailed", series.error)
+        if series.fit_timed_out is not None:
+            fitted = f", fitted {age:.0f} s ago" if age is not None else ""
+            message = f"{series.fit_timed_out}; planning with {_describe(forecast)}{fitted}"
+            return result(False, "ForecastTimeout", message)
         if stale:
             return result(False, "Stale", self._stale_message(series, forecast, overdue, lag, age))
         wanted = service.selection.model if service.selection is not None else None
@@ -462,6 +548,17 @@ def series_service(
     """The forecaster of a series, as its pools' ``spec.forecast`` asks for (built where
     the backtest builds it too)."""
     return forecast_service(spec, events=events)
+
+
+def _running(task: asyncio.Future[Forecast] | None) -> bool:
+    return task is not None and not task.done()
+
+
+def _retrieve(task: asyncio.Future[Forecast]) -> None:
+    """Mark a finished step's exception as seen (a killed fit's ``BrokenProcessPool`` has
+    no other reader once its job gave up on it)."""
+    if not task.cancelled():
+        task.exception()
 
 
 def _fit_counts(service: ForecastService) -> dict[str, int]:

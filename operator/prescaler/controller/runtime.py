@@ -9,18 +9,17 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import multiprocessing
-import os
 import socket
 import threading
 import uuid
-from concurrent.futures import Executor, ProcessPoolExecutor, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
 import kopf
 
 from prescaler.controller import handlers
+from prescaler.controller.fits import FitProcesses
 from prescaler.controller.forecast import ForecastHub
 from prescaler.controller.prewarm import Prewarmer
 from prescaler.controller.reconcile import Reconciler
@@ -45,7 +44,7 @@ class Runtime:
     reconciler: Reconciler
     kube: KubeClient
     io_pool: ThreadPoolExecutor
-    fit_pool: Executor | None
+    fit_pool: FitProcesses | None
     prewarmer: Prewarmer | None
 
     @classmethod
@@ -56,21 +55,17 @@ class Runtime:
             load_api_client(rs.kubeconfig, pool_size=rs.kube_threads), rs.kube_threads
         )
         io_pool = ThreadPoolExecutor(max_workers=rs.kube_threads, thread_name_prefix="prom")
-        fit_pool: Executor | None = None
+        fit_pool = None
         if rs.forecast_workers > 0:
-            # spawn: forking a process that runs threads is unsafe.
-            # nice: fits are background work and must not slow the reconciles down.
-            fit_pool = ProcessPoolExecutor(
-                max_workers=rs.forecast_workers,
-                mp_context=multiprocessing.get_context("spawn"),
-                initializer=os.nice,
-                initargs=(rs.fit_worker_nice,),
-            )
+            fit_pool = FitProcesses(rs.forecast_workers, nice=rs.fit_worker_nice)
         hub = ForecastHub(
             metrics=metrics,
-            executor=fit_pool,
+            executor=None,  # with fit processes, fits run there; without, in a thread
             io_executor=io_pool,
+            fit_processes=fit_pool,
             wait_seconds=rs.forecast_wait_seconds,
+            model_timeout_seconds=rs.forecast_model_timeout_seconds,
+            fit_timeout_seconds=rs.forecast_fit_timeout_seconds,
             fit_workers=max(1, rs.forecast_workers),
             fit_queue_limit=rs.fit_queue_limit,
             first_fit_spread_seconds=rs.first_fit_spread_seconds,
@@ -100,7 +95,7 @@ class Runtime:
     def close(self) -> None:
         self.reconciler.forecasts.close()
         if self.fit_pool is not None:
-            self.fit_pool.shutdown(wait=False, cancel_futures=True)
+            self.fit_pool.shutdown()
         self.io_pool.shutdown(wait=False, cancel_futures=True)
         self.kube.close()
 
