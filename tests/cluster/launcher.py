@@ -32,7 +32,7 @@ import shutil
 import ssl
 import time
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -46,6 +46,7 @@ from .paths import bin_dir, require_binaries
 
 KWOK_NODE_ANNOTATION = "kwok.x-k8s.io/node"
 FAKE_NODE_LABEL = "prescaler.io/fake-node"
+NODE_POOL_LABEL = "prescaler.io/node-pool"
 SERVICE_CIDR = "10.96.0.0/16"
 POD_CIDR = "10.64.0.0/16"
 STATE_FILE = "state.json"
@@ -382,67 +383,16 @@ class LocalCluster:
         self.kubeconfig.chmod(0o600)
 
     def _node_manifests(self) -> Iterator[dict[str, Any]]:
-        base_labels = {
-            "kubernetes.io/os": "linux",
-            "kubernetes.io/arch": "amd64",
-            "type": "kwok",
-            FAKE_NODE_LABEL: "true",
-        }
-        annotations = {KWOK_NODE_ANNOTATION: "fake", "node.alpha.kubernetes.io/ttl": "0"}
         for pool in self.config.gpu_pools:
             for i in range(pool.count):
-                name = f"{pool.name}-{i}"
-                resources = {
-                    "cpu": pool.cpu,
-                    "memory": pool.memory,
-                    "pods": "110",
-                    "ephemeral-storage": "1Ti",
-                    GPU_RESOURCE: str(pool.gpus_per_node),
-                }
-                yield {
-                    "apiVersion": "v1",
-                    "kind": "Node",
-                    "metadata": {
-                        "name": name,
-                        "annotations": annotations,
-                        "labels": {
-                            **base_labels,
-                            "kubernetes.io/hostname": name,
-                            "node.kubernetes.io/instance-type": f"fake-{pool.name}",
-                            "prescaler.io/node-pool": pool.name,
-                            "nvidia.com/gpu.present": "true",
-                            "nvidia.com/gpu.product": pool.gpu_product,
-                            "nvidia.com/gpu.count": str(pool.gpus_per_node),
-                            "nvidia.com/gpu.memory": str(pool.gpu_memory_mib),
-                        },
-                    },
-                    # Like GPU node pools in the clouds: only pods that request GPUs
-                    # (and so get the toleration from ExtendedResourceToleration) land here.
-                    "spec": {
-                        "taints": [
-                            {"key": GPU_RESOURCE, "value": "present", "effect": "NoSchedule"}
-                        ]
-                    },
-                    "status": {"capacity": resources, "allocatable": resources},
-                }
+                yield gpu_node(f"{pool.name}-{i}", pool=pool)
         for i in range(self.config.cpu_nodes):
-            name = f"cpu-{i}"
             resources = {"cpu": "32", "memory": "128Gi", "pods": "110", "ephemeral-storage": "1Ti"}
-            yield {
-                "apiVersion": "v1",
-                "kind": "Node",
-                "metadata": {
-                    "name": name,
-                    "annotations": annotations,
-                    "labels": {
-                        **base_labels,
-                        "kubernetes.io/hostname": name,
-                        "node.kubernetes.io/instance-type": "fake-cpu",
-                        "prescaler.io/node-pool": "cpu",
-                    },
-                },
-                "status": {"capacity": resources, "allocatable": resources},
-            }
+            yield _fake_node(
+                f"cpu-{i}",
+                {"node.kubernetes.io/instance-type": "fake-cpu", NODE_POOL_LABEL: "cpu"},
+                resources,
+            )
 
     def _create_nodes(self, api: Any) -> None:
         from kubernetes import client
@@ -450,6 +400,74 @@ class LocalCluster:
         core: Any = client.CoreV1Api(api)
         for node in self._node_manifests():
             core.create_node(node)
+
+
+# ---------------------------------------------------------------------- nodes
+
+
+def gpu_node(
+    name: str,
+    *,
+    pool: GpuNodePool | None = None,
+    gpus: int | None = None,
+    labels: Mapping[str, str] | None = None,
+    taints: Sequence[Mapping[str, str]] = (),
+) -> dict[str, Any]:
+    """A fake GPU node that kwok runs (it carries :data:`KWOK_NODE_ANNOTATION`), like the
+    ones the cluster starts with: ``pool``'s kind of node (the default pool's if omitted)
+    with ``gpus`` GPUs (the pool's count if omitted), tainted ``nvidia.com/gpu`` so only
+    pods that request GPUs land on it. ``labels`` are added to (or override) the usual
+    ones; ``taints`` are added to the GPU taint. Created after start-up, it is a node that
+    a cluster autoscaler or Karpenter brought; delete it when done."""
+    pool = pool or GpuNodePool()
+    count = pool.gpus_per_node if gpus is None else gpus
+    resources = {
+        "cpu": pool.cpu,
+        "memory": pool.memory,
+        "pods": "110",
+        "ephemeral-storage": "1Ti",
+        GPU_RESOURCE: str(count),
+    }
+    gpu_labels = {
+        "node.kubernetes.io/instance-type": f"fake-{pool.name}",
+        NODE_POOL_LABEL: pool.name,
+        "nvidia.com/gpu.present": "true",
+        "nvidia.com/gpu.product": pool.gpu_product,
+        "nvidia.com/gpu.count": str(count),
+        "nvidia.com/gpu.memory": str(pool.gpu_memory_mib),
+    }
+    # Like GPU node pools in the clouds: only pods that request GPUs (and so get the
+    # toleration from ExtendedResourceToleration) land here.
+    gpu_taint = {"key": GPU_RESOURCE, "value": "present", "effect": "NoSchedule"}
+    return _fake_node(name, {**gpu_labels, **(labels or {})}, resources, [gpu_taint, *taints])
+
+
+def _fake_node(
+    name: str,
+    labels: Mapping[str, str],
+    resources: Mapping[str, str],
+    taints: Sequence[Mapping[str, str]] = (),
+) -> dict[str, Any]:
+    node: dict[str, Any] = {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {
+            "name": name,
+            "annotations": {KWOK_NODE_ANNOTATION: "fake", "node.alpha.kubernetes.io/ttl": "0"},
+            "labels": {
+                "kubernetes.io/os": "linux",
+                "kubernetes.io/arch": "amd64",
+                "type": "kwok",
+                FAKE_NODE_LABEL: "true",
+                "kubernetes.io/hostname": name,
+                **labels,
+            },
+        },
+        "status": {"capacity": dict(resources), "allocatable": dict(resources)},
+    }
+    if taints:
+        node["spec"] = {"taints": [dict(t) for t in taints]}
+    return node
 
 
 # ---------------------------------------------------------------------- helpers
