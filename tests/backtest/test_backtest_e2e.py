@@ -63,6 +63,12 @@ def _check_contract(body: dict[str, object], tl: pd.DataFrame, policies: list[st
         short = (tl[f"{name}_ready"] * tl["replica_tokens_per_s"] < tl["demand_tokens_per_s"]).sum()
         assert per_policy[name]["shortfall_minutes"] == short
         assert (tl[f"{name}_ready"] <= tl[f"{name}_desired"]).all()
+    if "predictive" in per_policy:
+        # What drove its decisions: each rule's share of the decisions and the GPU-hours.
+        drivers = body["drivers"]["predictive"]  # type: ignore[index]
+        assert sum(d["decision_share"] for d in drivers.values()) == pytest.approx(1, abs=1e-3)
+        assert sum(d["gpu_hour_share"] for d in drivers.values()) == pytest.approx(1, abs=1e-3)
+        assert "forecast" in drivers
     if "oracle" in per_policy:
         assert per_policy["oracle"]["shortfall_minutes"] == 0
         for name in policies:

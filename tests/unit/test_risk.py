@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import pytest
 
@@ -80,11 +80,10 @@ def test_the_forecast_band_stands_in_until_enough_lookaheads_have_ended() -> Non
     risk = PeakRisk()
     for k in range(2):
         risk = one_lookahead(risk, obj, 100 * k, 10, [12.0])
-    assert risk_sizing(risk, obj).margin is None
+    assert not risk_sizing(risk, obj).calibrated
     risk = one_lookahead(risk, obj, 300, 10, [12.0])
     sizing = risk_sizing(risk, obj)
     assert sizing.calibrated
-    assert sizing.margin is not None
     # Every ratio was 1.2: the margin is the upper edge of its bin, never below it.
     assert 1.2 <= sizing.margin <= 1.2 * math.exp(0.025)
 
@@ -97,8 +96,8 @@ def test_misses_raise_the_level_calm_lowers_it_and_no_objective_keeps_it() -> No
     assert calm.level == pytest.approx(0.9 - 0.1 * 0.01)
     fixed = objective(served_fraction=None)
     assert one_lookahead(PeakRisk(), fixed, 0, 10, [20.0]).level is None
-    top = objective(level=0.99, adapt_rate=1.0)
-    assert one_lookahead(PeakRisk(), top, 0, 10, [50.0]).level == 0.99, "bounded"
+    top = objective(level=0.999, adapt_rate=1.0)
+    assert one_lookahead(PeakRisk(), top, 0, 10, [50.0]).level == 0.999, "bounded"
 
 
 def test_over_time_the_share_that_waited_tracks_the_objective() -> None:
@@ -161,28 +160,33 @@ def inputs(risk: RiskSizing | None, observed: float | None, current: int = 1) ->
     )
 
 
+SIZED = RiskSizing(margin=1.25, level=0.9, typical=10, calibrated=True)
+
+
 def test_the_plan_sizes_what_is_known_now_plus_the_typical_demand_times_the_margin() -> None:
     # (30 + 10 typical) x 1.25 - 10 = 40: four replicas of 10 requests/s.
-    decided = plan(inputs(RiskSizing(margin=1.25, level=0.9, typical=10), observed=20))
+    decided = plan(inputs(SIZED, observed=20))
     assert (decided.risk_base, decided.risk_sized, decided.risk_unit) == (30, 40, 10)
     assert decided.desired_replicas == 4
     assert decided.driver == "forecast"
     # The observed level is part of what is known: above the forecast, it is the base.
-    above = plan(inputs(RiskSizing(margin=1.25, level=0.9, typical=10), observed=40))
+    above = plan(inputs(SIZED, observed=40))
     assert above.risk_base == 40
     assert above.risk_sized == 52.5
     assert above.desired_replicas == 6
     # A quiet pool's typical demand is at least one replica's worth.
-    quiet = plan(inputs(RiskSizing(margin=1.25, level=0.9, typical=0), observed=20))
+    quiet = plan(inputs(replace(SIZED, typical=0), observed=20))
     assert quiet.risk_unit == 10
-    # Until calibrated, the forecast's own upper band stands in.
-    band = plan(inputs(RiskSizing(margin=None, level=0.9), observed=20))
+    # Until calibrated, the forecast's own upper band stands in (or what arrives now).
+    band = plan(inputs(RiskSizing(margin=1.0, level=0.9), observed=20))
     assert band.risk_sized == 60
     assert band.desired_replicas == 6
+    burst = plan(inputs(RiskSizing(margin=1.0, level=0.9), observed=70))
+    assert burst.risk_sized == 70
 
 
 def test_a_release_keeps_what_the_risk_model_sizes_for_the_lookahead() -> None:
-    sizing = RiskSizing(margin=1.25, level=0.9, typical=10)
+    sizing = SIZED
     decided = plan(inputs(sizing, observed=20, current=9))
     assert decided.action == "scale_down"
     assert decided.desired_replicas == 4
@@ -213,6 +217,6 @@ def test_the_calibration_survives_a_restart_through_the_status() -> None:
 def test_a_plan_without_the_risk_model_records_no_lookahead() -> None:
     decided = plan(inputs(None, observed=20))
     assert remember_risk(PeakRisk(), decided) == PeakRisk()
-    with_risk = plan(inputs(RiskSizing(margin=1.25, level=0.9, typical=10), observed=20))
+    with_risk = plan(inputs(SIZED, observed=20))
     (look,) = remember_risk(PeakRisk(), with_risk).pending
     assert (look.start, look.end, look.sized, look.unit) == (0, 300, 40, 10)

@@ -317,8 +317,9 @@ class RiskStatus(WireModel):
     the same calibration."""
 
     margin: float | None = None
-    """The margin on what is known now that the last plan sized with (``null`` until
-    calibrated: the forecast's own band stood in)."""
+    """The calibrated margin the last plan sized with, on what is known now plus the
+    typical demand (``null`` until calibrated: what is known now over 0.7, and never
+    below the forecast's upper band)."""
     quantile: float | None = None
     """The quantile level of the calibrated peak ratios, as adapted to
     ``spec.objective`` (``null``: not adapted yet, ``spec.forecast.quantile``)."""
@@ -328,8 +329,8 @@ class RiskStatus(WireModel):
     """Share of demand that waited in recent lookaheads (faded like the calibration):
     what ``spec.objective.servedFraction`` is held against."""
     calibration: list[float] = Field(default_factory=list, max_length=100)
-    """Faded counts of ``log((peak + unit) / (base + unit))`` in 100 bins from -0.5 to
-    2.0."""
+    """Faded counts of the scores, ``log((peak + unit) / (base + unit))``, in 100 bins from
+    -0.5 to 2.0."""
     pending: list[LookaheadStatus] = Field(default_factory=list, max_length=64)
     """Lookaheads not ended yet."""
     observed_at: float | None = None

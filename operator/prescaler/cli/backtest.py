@@ -717,6 +717,7 @@ def run(args: argparse.Namespace) -> int:
             "wall_seconds": round(elapsed, 3),
             **_reference_settings(args, config, standby_max),
             **({"spans": _span_scores(result, spans)} if spans else {}),
+            "drivers": _drivers_json(policies),
             **({"disaggregated": _roles_json(roles, result, capacity, spans)} if roles else {}),
         },
     )
@@ -733,6 +734,28 @@ def run(args: argparse.Namespace) -> int:
     else:
         print_json(body)
     return 0
+
+
+def _drivers_json(policies: list[Any]) -> dict[str, Any]:
+    """Per planning policy, what drove its decisions: for each rule
+    (:data:`prescaler.planning.Driver`), its share of the decisions and of the replica time
+    (GPU-hours) they asked for."""
+    out: dict[str, Any] = {}
+    for policy in policies:
+        drivers = getattr(policy, "drivers", None)
+        if not drivers:
+            continue
+        decisions = sum(n for n, _ in drivers.values()) or 1
+        seconds = sum(t for _, t in drivers.values()) or 1.0
+        out[policy.name] = {
+            name: {
+                "decisions": n,
+                "decision_share": round(n / decisions, 4),
+                "gpu_hour_share": round(t / seconds, 4),
+            }
+            for name, (n, t) in sorted(drivers.items(), key=lambda kv: -kv[1][1])
+        }
+    return out
 
 
 def _roles_json(

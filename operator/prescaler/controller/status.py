@@ -251,7 +251,7 @@ def remember_risk(risk: PeakRisk, decision: ScalePlan) -> PeakRisk:
 def risk_status(risk: PeakRisk, sizing: RiskSizing | None) -> RiskStatus:
     """The risk model as the status keeps it (rounded: it is written every reconcile)."""
     return RiskStatus(
-        margin=round(sizing.margin, 4) if sizing is not None and sizing.margin else None,
+        margin=round(sizing.margin, 4) if sizing is not None and sizing.calibrated else None,
         quantile=None if risk.level is None else round(risk.level, 6),
         outcomes=risk.outcomes,
         waited_fraction=None if risk.loss is None else round(risk.loss, 6),

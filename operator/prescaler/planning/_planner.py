@@ -3,10 +3,16 @@
 The rules, in order:
 
 1. **Lead time.** Replicas asked for now are ready one cold start from now, so the target
-   is the largest requirement over ``[now, now + cold start + margin]``, computed on the
-   forecast's *upper* quantile. The latest observed demand times ``observed_headroom`` is
-   a floor under it (the nowcast guard), so a forecast that lags a level shift never plans
-   below what is already arriving plus a margin. (The capacity model's own headroom
+   is the largest requirement over ``[now, now + cold start + margin]``. With the peak risk
+   model (``PlanInputs.risk``, :mod:`prescaler.planning._risk`, what the operator and the
+   backtest run) that is a calibrated quantile of the lookahead's *peak*: what is known
+   now (the forecast mean's peak, or the observed demand if larger) plus the pool's
+   typical demand, times the margin, less that typical demand; until the pool's own
+   lookaheads calibrate the margin, the forecast's upper band. Without it, the forecast's
+   *upper* quantile over the lookahead. The latest observed demand times
+   ``observed_headroom`` (default 1: the present only) is a floor under it (the nowcast
+   guard), so a forecast that lags a level shift never plans below what is already
+   arriving. (The capacity model's own headroom
    multiplies both.) A full fleet serves only its capacity and queues the rest, so its
    served rate hides demand; when the queue is known, arrivals are what is served plus the
    queue's growth (conservation), and the backlog must drain by the time new capacity
@@ -24,13 +30,14 @@ The rules, in order:
    a forecast that cannot be checked against the present does not release capacity.
 5. **Scale-down.** Never below the windows' floor, and not within the stabilization
    period after a scale-up. A replica released is not added back within that period
-   (that would be a second direction change in one period: flapping), so a release keeps
-   what the forecast's upper band needs over the lookahead *plus* the period, times the
-   nowcast guard's headroom (the guard asks for observed demand x headroom, and the upper
-   band is where observed demand is expected to stay). Forecasts made at other times
-   disagree, and a noisy one jumps from decision to decision, so a release also keeps the
-   largest demand target (forecast, observation, queue; not a window's floor, which is
-   known ahead and ends with the window) of the last lookahead plus period: an HPA-style
+   (that would be a second direction change in one period: flapping). With the risk
+   model, a release keeps what it sizes for the lookahead (the target: a released replica
+   can be back within it); without it, what the forecast's upper band needs over the
+   lookahead *plus* the period, times the nowcast guard's headroom. Forecasts made at
+   other times disagree, and a noisy one jumps from decision to decision, so a release
+   also keeps the largest demand target (forecast, observation, queue; not a window's
+   floor, which is known ahead and ends with the window) of the last lookahead plus period
+   (with the risk model, plus :data:`RISK_MEMORY_PERIODS` periods): an HPA-style
    memory of recommendations, over the span in which a released replica would be needed
    back (``FleetState.recent_targets``). ``forecast`` mode releases at once
    what that does not need (the replica can be back one cold start before the forecast
@@ -72,6 +79,12 @@ from typing import Literal, Protocol
 from prescaler.capacity import CapacityModel, Constraint, DemandUnit
 from prescaler.planning._risk import RiskSizing, sized_demand
 from prescaler.planning._windows import Occurrence, ScheduledWindow
+
+RISK_MEMORY_PERIODS = 2
+"""With the risk model, the memory of recent targets spans the lookahead plus this many
+stabilization periods. Its targets follow what is known now, which jumps with a noisy
+observation or forecast: a release must outlast those jumps, or the fleet flaps."""
+"""With the risk model, how many lookaheads of recent targets a release keeps."""
 
 Mode = Literal["replicas", "hpaFloor"]
 ScaleDownMode = Literal["forecast", "paced"]
@@ -375,16 +388,17 @@ def plan(inputs: PlanInputs) -> ScalePlan:
         risk_base = max(mean_peak, observed if observed is not None and seen else 0.0)
         source = "observed" if risk_base > mean_peak else "forecast mean peak"
         risk_unit = max(_replica_rate(capacity), inputs.risk.typical)
-        if inputs.risk.margin is None:
-            # Until calibrated, the forecast's own band stands in (or what arrives now).
-            risk_sized = max(peak or 0.0, risk_base)
-            how = f"the forecast's upper band {peak or 0.0:.3g}, until calibrated"
-        else:
-            risk_sized = sized_demand(risk_base, inputs.risk.margin, risk_unit)
+        margin = inputs.risk.margin
+        if inputs.risk.calibrated:
+            risk_sized = sized_demand(risk_base, margin, risk_unit)
             how = (
-                f"{source} {risk_base:.3g} (+{risk_unit:.3g} typical) "
-                f"x{inputs.risk.margin:.2f} (quantile {inputs.risk.level:.3f})"
+                f"{source} {risk_base:.3g} (+{risk_unit:.3g} typical) x{margin:.2f} "
+                f"(quantile {inputs.risk.level:.3f})"
             )
+        else:
+            # Not calibrated yet: the forecast's own upper band, or what arrives now.
+            risk_sized = max(risk_base, peak or 0.0)
+            how = f"the forecast's upper band or {source} {risk_base:.3g}, until calibrated"
         need = capacity.required(risk_sized)
         candidates.append(
             (
@@ -480,11 +494,10 @@ def plan(inputs: PlanInputs) -> ScalePlan:
         keep = capacity.required(keep_peak * guard).replicas
         if min(keep, policy.max_replicas) > hard_floor:
             hard_floor, floor_driver = min(keep, policy.max_replicas), "release"
-    # The memory: a release keeps the largest target of the last lookahead plus period,
-    # so a forecast that jumps from one decision to the next does not flap the fleet.
-    # With the risk model there is none: its calibrated margin already covers what the
-    # lookahead may bring, and a released replica is back, ready, within it.
-    memory = 0.0 if risk_sized is not None else lookahead + period
+    # The memory: a release keeps the largest target of the last lookahead plus period
+    # (with the risk model, RISK_MEMORY_PERIODS periods), so a forecast that jumps from
+    # one decision to the next does not flap the fleet.
+    memory = lookahead + period * (RISK_MEMORY_PERIODS if risk_sized is not None else 1)
     recent = _remember(fleet.recent_targets, now, demand_target, memory)
     if not idle:
         remembered = max((r for t, r in recent if t < now), default=0)

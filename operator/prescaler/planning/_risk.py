@@ -2,21 +2,22 @@
 
 What ready capacity must cover is the largest demand between now and the moment new
 capacity could be ready: the peak over the lookahead ``[now, now + cold start + margin]``,
-not any single forecast point. The risk model sizes it as ``base × margin``:
+not any single forecast point. The risk model sizes it as ``(base + u) × margin − u``:
 
 * ``base`` is what is known now: the larger of the forecast mean's peak over the
   lookahead and the demand arriving now (the observation), so the prediction is
   conditioned on the observed level and on the forecast at once;
-* ``margin`` is ``exp(q)``, with ``q`` the quantile at level ``θ`` of the pool's own recent
-  log ratios ``log((peak + u) / (base + u))``, where ``u`` is the pool's typical demand
-  (its recent mean, at least one replica's capacity): the margin is on ``base + u``, so
-  it is multiplicative on a high base and additive on a low one. A burst out of a quiet
-  spell then asks for what such bursts bring, in the demand's own scale, instead of an
-  enormous ratio that would multiply the next high base as well. Split-conformal on a calibration
-  set that slides (a histogram of log ratios whose old mass fades, so the margin follows
-  the pool's volatility as it changes). Until enough lookaheads have ended, the forecast's own band
-  stands in.
-* ``θ`` starts at ``forecast.quantile`` and adapts online so that the share of demand
+* ``u`` is the pool's typical demand (its recent mean, at least one replica's capacity):
+  the margin is multiplicative on a high base and additive on a low one, so a burst out
+  of a quiet spell asks for what such bursts bring in the demand's own scale, instead of
+  an enormous ratio that would multiply the next high base as well;
+* ``margin`` is ``exp(q)``, where ``q`` is the quantile at level ``θ`` of the pool's own
+  recent scores ``log((peak + u) / (base + u))``: split-conformal on a calibration set
+  that slides (a histogram whose old mass fades, so the margin follows the pool's
+  volatility as it changes). The forecaster's own band is not the yardstick: with little
+  history it is as wide as the data is short. Until enough lookaheads have ended, the
+  forecast's own upper band stands (and what arrives now);
+* ``θ`` starts at ``objective.startQuantile`` and adapts online so that the share of demand
   that waits tracks the objective ``ε = 1 − served fraction`` (adaptive conformal
   inference, Gibbs and Candès 2021, in its risk-control form): when a lookahead ends,
   ``θ ← θ + γ·(loss − ε)``, where ``loss`` is the share of that lookahead's demand that
@@ -50,8 +51,10 @@ __all__ = [
 ]
 
 LOG_LOW, LOG_HIGH, LOG_BINS = -0.5, 2.0, 100
-"""The histogram's range of ``log(peak / base)`` (ratios 0.61 to 7.4) and its bins (one per
-2.5 % of margin). A ratio outside the range counts in the end bin."""
+"""The histogram's range of scores (the peak's log ratio over what was known: margins 0.61
+to 7.4) and its bins (one per 2.5 % of margin). A score outside the range counts in the
+end bin."""
+
 _WIDTH = (LOG_HIGH - LOG_LOW) / LOG_BINS
 MAX_PENDING = 64
 """Lookaheads awaiting their outcome, at most (the oldest go first)."""
@@ -75,7 +78,7 @@ class RiskObjective:
     min_outcomes: float = 60.0
     """Lookaheads needed before the calibrated margin replaces the forecast's band."""
     min_level: float = 0.5
-    max_level: float = 0.99
+    max_level: float = 0.999
 
     def __post_init__(self) -> None:
         sf = self.served_fraction
@@ -96,7 +99,7 @@ class Lookahead:
     base: float
     sized: float
     unit: float = 0.0
-    """One replica's capacity, in the demand's unit: ratios are of ``x + unit``."""
+    """The typical demand then: ratios are of ``x + unit``."""
     peak: float = 0.0
     """Largest demand observed in it so far."""
     demand: float = 0.0
@@ -135,20 +138,16 @@ class PeakRisk:
 class RiskSizing:
     """What the planner sizes with: ``margin`` times the base."""
 
-    margin: float | None
-    """``exp(q)``; ``None`` until calibrated: the forecast's own band over its mean stands
-    in (the planner reads it off the forecast)."""
+    margin: float
+    """``exp(q)`` on ``base + u`` (1 until calibrated: the forecast's upper band stands)."""
     level: float
+    calibrated: bool = False
     typical: float = 0.0
     """The pool's typical demand (its recent mean): ``u`` is at least this."""
 
-    @property
-    def calibrated(self) -> bool:
-        return self.margin is not None
 
-
-def _bin(log_ratio: float) -> int:
-    return min(LOG_BINS - 1, max(0, int((log_ratio - LOG_LOW) / _WIDTH)))
+def _bin(score: float) -> int:
+    return min(LOG_BINS - 1, max(0, int((score - LOG_LOW) / _WIDTH)))
 
 
 def _quantile(histogram: Sequence[float], level: float) -> float:
@@ -170,8 +169,8 @@ def risk_sizing(risk: PeakRisk, objective: RiskObjective) -> RiskSizing:
     typical = risk.mean_demand or 0.0
     if risk.histogram and risk.outcomes >= objective.min_outcomes:
         margin = math.exp(_quantile(risk.histogram, level))
-        return RiskSizing(margin=margin, level=level, typical=typical)
-    return RiskSizing(margin=None, level=level, typical=typical)
+        return RiskSizing(margin=margin, level=level, typical=typical, calibrated=True)
+    return RiskSizing(margin=1.0, level=level, typical=typical)
 
 
 def sized_demand(base: float, margin: float, unit: float) -> float:
@@ -181,7 +180,12 @@ def sized_demand(base: float, margin: float, unit: float) -> float:
 
 
 def record_risk(
-    risk: PeakRisk, start: float, end: float, base: float, sized: float, unit: float = 0.0
+    risk: PeakRisk,
+    start: float,
+    end: float,
+    base: float,
+    sized: float,
+    unit: float = 0.0,
 ) -> PeakRisk:
     """Remember a decision's lookahead ``[start, end]`` to score it when it ends."""
     if not (math.isfinite(base) and math.isfinite(sized) and base >= 0 and end > start):
@@ -257,9 +261,9 @@ def observe_risk(
         if look.seen == 0 or (look.base + look.unit <= 0 and look.peak <= 0):
             continue
         below = look.base + look.unit
-        ratio = (look.peak + look.unit) / below if below > 0 else math.exp(LOG_HIGH)
+        log_ratio = math.log(max((look.peak + look.unit) / below, 1e-12)) if below > 0 else 1e9
         histogram = [w * fade for w in histogram]
-        histogram[_bin(math.log(max(ratio, 1e-12)))] += 1.0
+        histogram[_bin(log_ratio)] += 1.0
         share = look.waited / look.demand if look.demand > 0 else 0.0
         loss = share if loss is None else loss * fade + share * (1.0 - fade)
         outcomes += 1
