@@ -36,7 +36,21 @@ TRACES = Path("../shared/traces")
 README = ROOT / "benchmarks" / "README.md"
 BEGIN, END = "<!-- backtest:begin -->", "<!-- backtest:end -->"
 DEGRADATION_BEGIN, DEGRADATION_END = "<!-- degradation:begin -->", "<!-- degradation:end -->"
-SECTIONS = ("backtest", "degradation")
+DRIVERS_BEGIN, DRIVERS_END = "<!-- drivers:begin -->", "<!-- drivers:end -->"
+SECTIONS = ("backtest", "degradation", "drivers")
+DRIVERS = (
+    "forecast",
+    "observed",
+    "queue",
+    "window",
+    "floor",
+    "release",
+    "memory",
+    "stabilization",
+    "missing-data",
+    "unschedulable",
+)
+"""The rules a plan names as its driver (``prescaler.planning.Driver``), in table order."""
 DEGRADATION_POLICIES = ("predictive", "reactive")
 """The fleets the degradation table shows (every policy's levels are in the JSON)."""
 COLD_STARTS = (240, 480)
@@ -45,8 +59,15 @@ POLICIES = ("reactive", "predictive", "oracle", "persistence")
 
 # One replica: 20k prompt+output tokens/s (compute-bound); demand scaled so that the
 # peak minute needs 40 replicas.
-COMMON = ["--replica-tokens-per-second", "20000", "--scale-to-peak-replicas", "40",
-          "--policies", ",".join(POLICIES), "--quiet"]
+COMMON = [
+    "--replica-tokens-per-second",
+    "20000",
+    "--scale-to-peak-replicas",
+    "40",
+    "--policies",
+    ",".join(POLICIES),
+    "--quiet",
+]
 
 # The predictive policy runs at the product's defaults: no policy flag at all, so the
 # backtest reads every knob from the InferencePool spec model, as a pool that sets nothing
@@ -56,21 +77,46 @@ OPERATING_POINT = ["--persistence-k", "1.4"]
 SG = TRACES / "servegen_m_small" / "language__m-small"
 RUNS: dict[str, list[str]] = {
     "servegen (14 d, 1-min decisions)": [
-        "--trace", f"{SG}_aggregate_rate_10min.csv", "--format", "servegen",
-        "--token-mix", f"{SG}_input_tokens_pdf.csv.gz",
+        "--trace",
+        f"{SG}_aggregate_rate_10min.csv",
+        "--format",
+        "servegen",
+        "--token-mix",
+        f"{SG}_input_tokens_pdf.csv.gz",
     ],
     "azure code (1 h at 10x)": [
-        "--trace", str(TRACES / "azure_llm_2023" / "AzureLLMInferenceTrace_code.csv"),
-        "--format", "azure", "--time-scale", "10", "--trace-step-seconds", "600",
+        "--trace",
+        str(TRACES / "azure_llm_2023" / "AzureLLMInferenceTrace_code.csv"),
+        "--format",
+        "azure",
+        "--time-scale",
+        "10",
+        "--trace-step-seconds",
+        "600",
     ],
     "azure conv (1 h at 10x)": [
-        "--trace", str(TRACES / "azure_llm_2023" / "AzureLLMInferenceTrace_conv.csv"),
-        "--format", "azure", "--time-scale", "10", "--trace-step-seconds", "600",
+        "--trace",
+        str(TRACES / "azure_llm_2023" / "AzureLLMInferenceTrace_conv.csv"),
+        "--format",
+        "azure",
+        "--time-scale",
+        "10",
+        "--trace-step-seconds",
+        "600",
     ],
     "nab taxi (last 28 d, 1-min decisions)": [
-        "--trace", str(TRACES / "nab_nyc_taxi" / "nyc_taxi.csv"), "--format", "nab",
-        "--prompt-tokens", "1000", "--output-tokens", "200", "--replay-days", "28",
-        "--history-days", "35",
+        "--trace",
+        str(TRACES / "nab_nyc_taxi" / "nyc_taxi.csv"),
+        "--format",
+        "nab",
+        "--prompt-tokens",
+        "1000",
+        "--output-tokens",
+        "200",
+        "--replay-days",
+        "28",
+        "--history-days",
+        "35",
     ],
 }
 
@@ -78,10 +124,24 @@ RUNS: dict[str, list[str]] = {
 def _one(name: str, args: list[str], cold: int, out: Path, extra: list[str]) -> dict[str, Any]:
     slug = name.split(" ")[0] + ("-" + name.split(" ")[1] if name.startswith("azure") else "")
     stem = out / f"{slug}-{cold}"
-    cmd = [sys.executable, "-m", "prescaler.cli", "backtest", *args, *COMMON, *OPERATING_POINT,
-           *extra,
-           "--cold-start-seconds", str(cold), "--json", f"{stem}.json",
-           "--timeline", f"{stem}.csv", "--plot", f"{stem}.png"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "prescaler.cli",
+        "backtest",
+        *args,
+        *COMMON,
+        *OPERATING_POINT,
+        *extra,
+        "--cold-start-seconds",
+        str(cold),
+        "--json",
+        f"{stem}.json",
+        "--timeline",
+        f"{stem}.csv",
+        "--plot",
+        f"{stem}.png",
+    ]
     t0 = time.perf_counter()
     subprocess.run(cmd, cwd=ROOT, check=True)
     body: dict[str, Any] = json.loads(Path(f"{stem}.json").read_text())
@@ -120,12 +180,35 @@ def table(results: list[dict[str, Any]]) -> str:
 
 
 def timings(results: list[dict[str, Any]]) -> str:
-    lines = ["| trace | cold start | minutes | predictive replay (s) | whole command (s) |",
-             "|---|---|---:|---:|---:|"]
+    lines = [
+        "| trace | cold start | minutes | predictive replay (s) | whole command (s) |",
+        "|---|---|---:|---:|---:|",
+    ]
     for r in results:
         lines.append(
             f"| {r['_name']} | {r['cold_start_seconds']:.0f} s | {r['minutes']} "
             f"| {r['runtime_seconds'].get('predictive', 0):.0f} | {r['_wall']:.0f} |"
+        )
+    return "\n".join(lines)
+
+
+def drivers_table(results: list[dict[str, Any]]) -> str:
+    """Per run, the share of the predictive policy's GPU-hours (and decisions) each rule
+    drove: which margin is paid for."""
+    lines = [
+        "| trace | cold start | " + " | ".join(DRIVERS) + " |",
+        "|---|---|" + "---:|" * len(DRIVERS),
+    ]
+    for r in results:
+        shares = r.get("drivers", {}).get("predictive", {})
+        cells = []
+        for name in DRIVERS:
+            d = shares.get(name)
+            cells.append(
+                "" if d is None else f"{d['gpu_hour_share']:.0%} ({d['decision_share']:.0%})"
+            )
+        lines.append(
+            f"| {r['_name']} | {r['cold_start_seconds']:.0f} s | " + " | ".join(cells) + " |"
         )
     return "\n".join(lines)
 
@@ -154,9 +237,7 @@ def degradation_table(results: list[dict[str, Any]]) -> str:
                 continue
             m, q, lead = s["minutes"], s["queue_only_minutes"], s["lead"] or {}
             share = lead.get("forecast_first_share")
-            first_cell = (
-                "n/a" if share is None else f"{lead['forecast_first']} ({share:.0%})"
-            )
+            first_cell = "n/a" if share is None else f"{lead['forecast_first']} ({share:.0%})"
             label = "reactive (HPA)" if policy == "reactive" else policy
             lines.append(
                 f"| {r['_name'] if first else ''} | {r['cold_start_seconds']:.0f} s | {label} "
@@ -214,8 +295,9 @@ def merge_section(tbl: str, tim: str) -> str | None:
     if len(parts) != 2 or "\n\n" not in parts[1]:
         return None
     times_intro, old_tim = parts[1].split("\n\n", 1)
-    return (f"{merge_tables(parts[0], tbl)}\n\nRun times{times_intro}\n\n"
-            f"{merge_tables(old_tim, tim)}")
+    return (
+        f"{merge_tables(parts[0], tbl)}\n\nRun times{times_intro}\n\n{merge_tables(old_tim, tim)}"
+    )
 
 
 def write_readme(section: str) -> None:
@@ -249,14 +331,22 @@ def main() -> int:
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--only", help="substring of the trace names to run")
     parser.add_argument("--no-readme", action="store_true")
-    parser.add_argument("--sections", type=_sections, default=list(SECTIONS),
-                        help="README sections to rewrite: backtest, degradation (default both)")
+    parser.add_argument(
+        "--sections",
+        type=_sections,
+        default=list(SECTIONS),
+        help="README sections to rewrite: backtest, degradation (default both)",
+    )
     parser.add_argument("extra", nargs="*", help="extra backtest flags (after --)")
     args = parser.parse_args()
     out = args.out or Path(tempfile.mkdtemp(prefix="prescaler-bench-"))
     out.mkdir(parents=True, exist_ok=True)
-    jobs = [(n, a, c) for n, a in RUNS.items() for c in COLD_STARTS
-            if args.only is None or args.only in n]
+    jobs = [
+        (n, a, c)
+        for n, a in RUNS.items()
+        for c in COLD_STARTS
+        if args.only is None or args.only in n
+    ]
     with ThreadPoolExecutor(max_workers=args.jobs) as pool:
         results = list(pool.map(lambda j: _one(*j, out, args.extra), jobs))
     tbl, tim, deg = table(results), timings(results), degradation_table(results)
@@ -275,6 +365,11 @@ def main() -> int:
             write_readme(f"{tbl}\n\nRun times ({how}, on 2 shared cores):\n\n{tim}")
     if not args.no_readme and "degradation" in args.sections:
         write_degradation(merge_degradation(deg) if args.only is not None else deg)
+    drv = drivers_table(results)
+    print()
+    print(drv)
+    if not args.no_readme and "drivers" in args.sections and args.only is None:
+        replace_section(DRIVERS_BEGIN, DRIVERS_END, drv, "Drivers", README)
     print(f"outputs in {out}", file=sys.stderr)
     return 0
 

@@ -12,9 +12,10 @@ value, in-process through the same code ``prescaler backtest`` runs (``prepare``
 
 * reactive: the HPA target, 0.5 to 0.9 (0.7 is the brief's baseline);
 * persistence: ``k`` x the demand seen now;
-* predictive: the nowcast guard (``spec.forecast.observedHeadroom``), the product's
-  defaults otherwise (the default point is the spec's own guard). Forecasts do not depend
-  on this knob, so they are computed once per trace and replayed for every value;
+* predictive: its one objective knob, ``spec.objective.servedFraction`` (the share of
+  demand to serve without waiting for capacity), the product's defaults otherwise (the
+  default point is the spec's own). Forecasts do not depend on this knob, so they are
+  computed once per trace and replayed for every value;
 * smoothed-oracle: ``k`` x the future's centred 31-minute mean (the predictable-part bound).
 
 Besides the shared traces it replays two generated minute-level traces
@@ -71,7 +72,7 @@ COLD_STARTS = (240, 600)
 HPA_TARGETS = (0.5, 0.6, 0.7, 0.8, 0.9)
 PERSISTENCE_K = (1.1, 1.2, 1.3, 1.4, 1.6, 1.8)
 SMOOTHED_K = (1.0, 1.1, 1.2, 1.3, 1.4, 1.6)
-GUARDS = (1.1, 1.2, 1.3, 1.4, 1.5, 1.6)
+SERVED = (0.99, 0.999, 0.9995, 0.9999, 0.99995)
 
 
 @dataclass(frozen=True)
@@ -107,7 +108,7 @@ def _parse(argv: Sequence[str]) -> argparse.Namespace:
 
 
 def sweep(name: str, trace_args: list[str], cold: int) -> list[Point]:
-    from prescaler.api import ForecastSpec
+    from prescaler.api import ObjectiveSpec
     from prescaler.backtest import score, simulate
     from prescaler.cli.backtest import build_policies, prepare
 
@@ -138,13 +139,13 @@ def sweep(name: str, trace_args: list[str], cold: int) -> list[Point]:
     for k in SMOOTHED_K:
         r = replay(one("smoothed-oracle", ["--smoothed-oracle-k", str(k)]))
         points.append(Point("smoothed-oracle", "k", k, k == 1.0, *r))
-    default_guard = ForecastSpec.model_fields["observed_headroom"].default
+    default_served = ObjectiveSpec.model_fields["served_fraction"].default
     store: dict[int, Any] = {}
-    for g in sorted({*GUARDS, default_guard}):
-        policy = one("predictive", ["--observed-headroom", str(g)])
+    for f in sorted({*SERVED, default_served}):
+        policy = one("predictive", ["--served-fraction", str(f)])
         policy = replace(policy, forecaster=CachedForecaster(policy.forecaster, store))
         r = replay(policy)
-        points.append(Point("predictive", "guard", g, g == default_guard, *r))
+        points.append(Point("predictive", "served", f, f == default_served, *r))
     print(f"{name} {cold}s: {time.perf_counter() - started:.0f} s", file=sys.stderr)
     return points
 
@@ -197,8 +198,14 @@ def plot(name: str, cold: int, points: list[Point], path: Path) -> None:
         ax.plot(xs, ys, marker=marker, color=color, label=policy, linewidth=1, markersize=4)
         for p in own:
             if p.default:
-                ax.plot(p.gpu_hours / oracle, max(p.unserved, 1e-6), marker="*", color=color,
-                        markersize=16, markeredgecolor="black")
+                ax.plot(
+                    p.gpu_hours / oracle,
+                    max(p.unserved, 1e-6),
+                    marker="*",
+                    color=color,
+                    markersize=16,
+                    markeredgecolor="black",
+                )
     ax.set_yscale("log")
     ax.set_xlabel("GPU-hours / oracle")
     ax.set_ylabel("unserved token fraction (log)")
@@ -243,8 +250,10 @@ def section(results: list[tuple[str, int, list[Point], Path]]) -> str:
             if p.policy == "oracle":
                 continue
             knob = f"{p.knob} {p.value:g}" + (" (default)" if p.default else "")
-            out.append(f"| {p.policy} | {knob} | {p.unserved:.5f} | {p.gpu_hours / oracle:.3f} "
-                       f"| {p.shortfall_minutes} |")
+            out.append(
+                f"| {p.policy} | {knob} | {p.unserved:.5f} | {p.gpu_hours / oracle:.3f} "
+                f"| {p.shortfall_minutes} |"
+            )
         out.append("")
     return "\n".join(out).rstrip() + "\n"
 

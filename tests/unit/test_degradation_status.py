@@ -56,6 +56,13 @@ def test_arrivals_are_the_starting_pods_and_the_replicas_without_a_pod() -> None
     assert times == (NOW, NOW - 50 + COLD, NOW + COLD, NOW + COLD)
     # A dry run asks for nothing: only the target's own replicas are on their way.
     assert degradation.arrivals(g, d, NOW, applied=False) == (NOW, NOW - 50 + COLD)
+    # A measured cold start that includes a wait for a node: a pod already on a node is
+    # left with the start-up part only (not the wait a second time).
+    measured = ColdStartStatus(
+        seconds=COLD + 90, source="measured", p90_seconds=COLD + 90, startup_p90_seconds=COLD
+    )
+    g = replace(g, cold_start=measured)
+    assert degradation.arrivals(g, d, NOW, applied=False) == (NOW, NOW - 50 + COLD)
 
 
 def test_the_status_round_trip_keeps_the_hysteresis() -> None:

@@ -58,14 +58,19 @@ def config_map_name(pool: str) -> str:
 def arrivals(
     gathered: Gathered, decision: ScalePlan, now: float, applied: bool = True
 ) -> tuple[float, ...]:
-    """Expected ready times of the target's replicas on their way: each starting pod at
-    its scheduling (or creation) plus the cold start, and each replica the target (or,
-    when the plan is ``applied``, the plan) asks for that has no pod yet at now plus the
-    cold start. Pods no node can take are not on their way; nor are pods being deleted."""
+    """Expected ready times of the target's replicas on their way: a starting pod on a
+    node at its scheduling plus the start-up part of the cold start (scheduled -> Ready;
+    the wait for a node is behind it), one not on a node yet at its creation plus the
+    whole cold start, and each replica the target (or, when the plan is ``applied``, the
+    plan) asks for that has no pod yet at now plus the cold start. Pods no node can take
+    are not on their way; nor are pods being deleted."""
     cold = gathered.cold_start.seconds
+    startup = gathered.cold_start.startup_p90_seconds
+    if startup is None or not startup <= cold:
+        startup = cold
     own = [p for p in gathered.pods if p.role != ROLE_PROMOTED and not p.terminating]
     times = [
-        max(now, (p.scheduled_at if p.scheduled_at is not None else p.created) + cold)
+        max(now, p.scheduled_at + startup if p.scheduled_at is not None else p.created + cold)
         for p in own
         if not p.ready and p.unschedulable is None
     ]
