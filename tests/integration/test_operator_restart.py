@@ -103,3 +103,70 @@ def test_a_restarted_operator_resumes_the_selection_from_status(
         assert _counter(second, "prescaler_forecast_selections_resumed_total") >= 1
         assert _counter(second, "prescaler_forecast_fits_total", model="selection") == 0
     assert status["forecast"]["selection"] == kept
+
+
+def test_a_restarted_operator_keeps_the_risk_models_calibration(
+    cluster: LocalCluster,
+    crd: None,
+    kube: Any,
+    namespace: str,
+    prometheus: Prometheus,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The peak risk model learns from the pool's own lookaheads (``status.risk``). A
+    restarted operator goes on from that calibration: it does not fall back to the
+    forecast's band for another 60 lookaheads."""
+    monkeypatch.setenv("KUBECONFIG", str(cluster.kubeconfig))
+    k = Kube(kube, namespace)
+    now = time.time()
+    start = now - 3 * 3600
+    times = [start + 15 * i for i in range(int((now + 1800 - start) // 15))]
+    rates = [6 + 2 * math.sin(2 * math.pi * t / 1800) for t in times]
+    prometheus.backfill(vllm_samples(times, rates, namespace=namespace, model_name="llm"))
+    k.create_deployment(gpu_deployment("llm", 1))
+    k.create_pool(
+        "steady",
+        {
+            "target": {"name": "llm"},
+            "minReplicas": 1,
+            "maxReplicas": 6,
+            "model": {"tokensPerSecond": 3750},
+            # A lookahead of 3 s: with a reconcile a second, one ends every reconcile.
+            "coldStart": {"mode": "fixed", "seconds": 2, "marginSeconds": 1},
+            "forecast": {
+                "prometheus": {"url": prometheus.url},
+                "selector": f'namespace="{namespace}"',
+                "model": "recent_mean",
+                "lookbackSeconds": 3600,
+                "stepSeconds": STEP,
+                "horizonSeconds": 600,
+            },
+        },
+    )
+
+    def risk() -> dict[str, Any]:
+        return dict(k.status("steady").get("risk") or {})
+
+    with running_operator(cluster, namespace, interval_seconds=1.0):
+        kept = wait_for(
+            lambda: (r := risk()) and r.get("margin") is not None and r,
+            300,
+            "a calibrated margin in status.risk",
+            interval=1.0,
+        )
+    kept = risk()  # the last status the first operator wrote
+    assert kept["outcomes"] >= 60
+    assert len(kept["calibration"]) == 100
+
+    with running_operator(cluster, namespace, interval_seconds=1.0):
+        resumed = wait_for(
+            lambda: (r := risk()) and r.get("observedAt") != kept.get("observedAt") and r,
+            300,
+            "a reconcile by the restarted operator",
+            interval=0.2,
+        )
+    # Its first reconciles went on from the first operator's calibration: the count did not
+    # start again, and the plan was sized with the calibrated margin, not the band.
+    assert resumed["outcomes"] >= kept["outcomes"]
+    assert resumed["margin"] is not None
+    assert sum(resumed["calibration"]) > 0.9 * sum(kept["calibration"])

@@ -239,16 +239,12 @@ def scaling_policy(spec: InferencePoolSpec) -> ScalingPolicy:
 
 
 def risk_objective(spec: InferencePoolSpec) -> RiskObjective:
-    """The peak risk model's objective from ``spec.objective`` (with no served fraction, a
-    fixed level: ``spec.forecast.quantile``); the operator and the backtest both read it
-    here."""
+    """The peak risk model's objective from ``spec.objective``; the operator and the
+    backtest both read it here."""
     o = spec.objective
-    level = o.start_quantile
-    if o.served_fraction is None and spec.forecast is not None:
-        level = spec.forecast.quantile
     return RiskObjective(
         served_fraction=o.served_fraction,
-        level=level,
+        level=o.start_quantile,
         adapt_rate=o.adapt_rate,
         memory=float(o.memory_lookaheads),
     )

@@ -266,8 +266,7 @@ class ForecastSpec(WireModel):
     """How far ahead the forecast reaches."""
     quantile: float = Field(default=0.95, ge=0.5, le=0.999)
     """Upper quantile of the forecast's band (status, standby, and the plan until the
-    pool's own lookaheads calibrate its margin). Expert override: with
-    ``objective.servedFraction: null``, the plan sizes to this quantile of the peak."""
+    pool's own lookaheads calibrate its margin)."""
     headroom: float = Field(default=1.0, ge=1, le=10)
     """Expert override: a multiplier on every requirement (capacity-model error, long-tail
     contexts). The margin is calibrated on the pool's own errors, so the default adds
@@ -538,19 +537,18 @@ class ObjectiveSpec(WireModel):
     mean's peak, or the demand arriving now if larger, plus the pool's typical demand)
     times a margin calibrated on this pool's own lookaheads. The quantile's level adapts
     online so that the share of demand that waits for capacity tracks
-    ``1 - servedFraction`` (adaptive conformal inference). ``forecast.quantile`` (with
-    ``servedFraction: null``: a fixed level), ``forecast.headroom`` and
-    ``forecast.observedHeadroom`` are expert overrides."""
+    ``1 - servedFraction`` (adaptive conformal inference). ``adaptRate: 0`` keeps the
+    level at ``startQuantile``; ``forecast.headroom`` and ``forecast.observedHeadroom``
+    are expert overrides that add margin on top."""
 
-    served_fraction: float | None = Field(default=0.9999, ge=0.5, le=0.99999)
-    """Share of demand to serve without waiting for capacity. ``null`` turns adaptation
-    off: the plan then sizes to ``forecast.quantile`` of the peak, calibrated but fixed."""
+    served_fraction: float = Field(default=0.9999, ge=0.5, le=0.99999)
+    """Share of demand to serve without waiting for capacity."""
     start_quantile: float = Field(default=0.99, ge=0.5, le=0.999)
     """Expert: the quantile level of the peak a new pool starts at, before its outcomes
     move it."""
     adapt_rate: float = Field(default=0.02, ge=0, le=1)
     """Expert: how far one lookahead's outcome moves the quantile level (times the share
-    of its demand that waited, minus the objective's)."""
+    of its demand that waited, minus the objective's); 0 keeps it at ``startQuantile``."""
     memory_lookaheads: int = Field(default=1440, ge=10, le=1_000_000)
     """Expert: how many recent lookaheads the margin is calibrated on, in effect (older
     ones fade)."""
