@@ -16,7 +16,7 @@ PYTEST_PARALLEL := -n $(PYTEST_WORKERS) --dist load --maxschedchunk 1
 .PHONY: cluster-bin prometheus-bin cluster-up cluster-down cluster-status
 
 help:
-	@echo "make test   - quality gates (ruff, mypy --strict, import-linter, hadolint) then the whole pytest suite"
+	@echo "make test   - quality gates (ruff, mypy --strict, import-linter, hadolint) then the whole pytest suite ($(PYTEST_WORKERS) workers; slowest 15 printed)"
 	@echo "make unit   - the fast unit tier only (seconds; slow-marked cases run in make test)"
 	@echo "make test-stress - the cluster tests while a CPU burner occupies every core"
 	@echo "make demo   - the main job"
@@ -54,6 +54,7 @@ unit: venv
 	$(BIN)/pytest -q tests/unit -m "not slow"
 
 test: quality cluster-bin prometheus-bin
+	@echo "make test: quality gates passed, pytest starts at $$(date +%T)"
 	$(BIN)/pytest -q $(PYTEST_PARALLEL) --durations=15
 
 # The cluster tests on a machine as busy as a shared CI runner: they must still pass.
