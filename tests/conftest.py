@@ -20,9 +20,8 @@
 Under pytest-xdist (``make test`` runs ``-n`` workers), every worker has its own local
 cluster, started when its first cluster test asks for one: tests keep a whole cluster's
 capacity (3 x 8 GPUs) to themselves, and a cluster-wide operator sees only its own worker's
-namespaces. Workers take their ports from disjoint bands (``cluster.procs.free_port``), and
-take the tests that wait longest first (:func:`pytest_collection_modifyitems`), so no
-worker is left with a long test at the end.
+namespaces. Workers take the tests that wait longest first
+(:func:`pytest_collection_modifyitems`), so no worker is left with a long test at the end.
 
 The cluster starts only when a test asks for one of these. Tests using them are marked
 ``@pytest.mark.cluster``. Missing binaries are an error, not a skip: ``make test`` builds

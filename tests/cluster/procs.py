@@ -27,46 +27,14 @@ from pathlib import Path
 _PR_SET_PDEATHSIG = 1
 
 
-PORT_BAND_START = 12_000
-PORT_BAND_WIDTH = 2_000
-"""Under pytest-xdist, worker ``gwN`` takes its ports from its own band
-``[PORT_BAND_START + N·WIDTH, … + WIDTH)``, below Linux's ephemeral range (32768+), so two
-workers never pick the same port between choosing it and binding it, and no outgoing
-connection's source port takes it either."""
-
-_next_in_band = 0
-
-
-def _worker_index() -> int | None:
-    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
-    return int(worker[2:]) if worker.startswith("gw") and worker[2:].isdigit() else None
-
-
-def _bindable(port: int) -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        try:
-            s.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-        return True
-
-
 def free_port() -> int:
-    """A TCP port that is free on 127.0.0.1 right now (in this worker's own band under
-    pytest-xdist, see :data:`PORT_BAND_START`; else one the kernel picks)."""
-    global _next_in_band
-    index = _worker_index()
-    if index is not None:
-        base = PORT_BAND_START + (index % 10) * PORT_BAND_WIDTH
-        for _ in range(PORT_BAND_WIDTH):
-            port = base + _next_in_band % PORT_BAND_WIDTH
-            _next_in_band += 1
-            if _bindable(port):
-                return port
+    """A TCP port that is free on 127.0.0.1 right now, as the kernel picks it (at random
+    in its ephemeral range, so test workers, and other test runs on the same machine,
+    almost never pick the same one between choosing it and binding it)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
-        chosen: int = s.getsockname()[1]
-        return chosen
+        port: int = s.getsockname()[1]
+        return port
 
 
 def _die_with_parent() -> None:  # fallback without setpriv: runs between fork and exec
