@@ -217,15 +217,14 @@ def test_cold_start_auto_learns_the_pod_delay(kube: Any, namespace: str, operato
     )
     assert cold["source"] == "measured"
 
-    # Each sample is one pod's scheduled -> Ready, as the API server recorded it (second
+    # Each sample is one pod's created -> Ready, as the API server recorded it (second
     # resolution): at least the kwok delay, and exactly what the pods say, however busy.
     def start(pod: Any) -> float | None:
         when = {c.type: c.last_transition_time for c in pod.status.conditions or []}
         ready = any(c.type == "Ready" and c.status == "True" for c in pod.status.conditions)
         if not ready:
             return None
-        began = max(pod.metadata.creation_timestamp, when["PodScheduled"])
-        return float((when["Ready"] - began).total_seconds())
+        return float((when["Ready"] - pod.metadata.creation_timestamp).total_seconds())
 
     pods = k.core.list_namespaced_pod(namespace, label_selector="app=llm").items
     starts = [t for t in map(start, pods) if t is not None]
