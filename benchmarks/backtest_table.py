@@ -27,9 +27,10 @@ import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 from _readme import replace_section  # the scripts run with benchmarks/ on sys.path
+from prescaler.planning import Driver
 
 ROOT = Path(__file__).resolve().parents[1]
 TRACES = Path("../shared/traces")
@@ -38,19 +39,8 @@ BEGIN, END = "<!-- backtest:begin -->", "<!-- backtest:end -->"
 DEGRADATION_BEGIN, DEGRADATION_END = "<!-- degradation:begin -->", "<!-- degradation:end -->"
 DRIVERS_BEGIN, DRIVERS_END = "<!-- drivers:begin -->", "<!-- drivers:end -->"
 SECTIONS = ("backtest", "degradation", "drivers")
-DRIVERS = (
-    "forecast",
-    "observed",
-    "queue",
-    "window",
-    "floor",
-    "release",
-    "memory",
-    "stabilization",
-    "missing-data",
-    "unschedulable",
-)
-"""The rules a plan names as its driver (``prescaler.planning.Driver``), in table order."""
+DRIVERS: tuple[str, ...] = get_args(Driver)
+"""The rules a plan names as its driver, in table order (one list: the planner's)."""
 DEGRADATION_POLICIES = ("predictive", "reactive")
 """The fleets the degradation table shows (every policy's levels are in the JSON)."""
 COLD_STARTS = (240, 480)

@@ -23,7 +23,6 @@ from prescaler.api import (
     risk_objective,
     scaling_policy,
 )
-from prescaler.controller.status import remember_risk
 from prescaler.planning import (
     FleetState,
     PeakRisk,
@@ -32,6 +31,7 @@ from prescaler.planning import (
     next_fleet_state,
     observe_risk,
     plan,
+    remember_plan,
     risk_sizing,
 )
 
@@ -119,7 +119,7 @@ def simulate(model: str, cv: float, stabilization: int, seed: int) -> list[Scale
                 risk=risk_sizing(risk, objective),
             )
         )
-        risk = remember_risk(risk, decision)
+        risk = remember_plan(risk, decision)
         plans.append(decision)
         fleet = next_fleet_state(fleet, decision)
     return plans

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 import pytest
 
 from prescaler.capacity import CapacityModel, TokenProfile
-from prescaler.controller.status import peak_risk, remember_risk, risk_status
+from prescaler.controller.status import peak_risk, risk_status
 from prescaler.planning import (
     LOG_BINS,
     FleetState,
@@ -20,13 +20,15 @@ from prescaler.planning import (
     observe_risk,
     plan,
     record_risk,
+    remember_plan,
     risk_sizing,
 )
 from prescaler.planning._risk import waiting_demand
+from unit.fake_forecasts import Forecast, Point
 
 
-def objective(**kw: float | None) -> RiskObjective:
-    base: dict[str, float | None] = {
+def objective(**kw: float) -> RiskObjective:
+    base: dict[str, float] = {
         "served_fraction": 0.99,
         "level": 0.9,
         "adapt_rate": 0.05,
@@ -34,7 +36,7 @@ def objective(**kw: float | None) -> RiskObjective:
         "min_outcomes": 3.0,
     }
     base.update(kw)
-    return RiskObjective(**base)  # type: ignore[arg-type]
+    return RiskObjective(**base)
 
 
 def one_lookahead(
@@ -94,7 +96,7 @@ def test_misses_raise_the_level_calm_lowers_it_and_no_objective_keeps_it() -> No
     assert missed.level == pytest.approx(0.9 + 0.1 * (0.5 - 0.01))
     calm = one_lookahead(PeakRisk(), obj, 0, 10, [5.0, 8.0])
     assert calm.level == pytest.approx(0.9 - 0.1 * 0.01)
-    fixed = objective(served_fraction=None)
+    fixed = objective(adapt_rate=0)
     assert one_lookahead(PeakRisk(), fixed, 0, 10, [20.0]).level is None
     top = objective(level=0.999, adapt_rate=1.0)
     assert one_lookahead(PeakRisk(), top, 0, 10, [50.0]).level == 0.999, "bounded"
@@ -128,27 +130,13 @@ def test_what_waits_is_the_excess_and_the_queue_ahead() -> None:
 # ------------------------------------------------------------------------- planner
 
 
-@dataclass(frozen=True)
-class P:
-    t: float
-    mean: float
-    upper: float
-
-
-@dataclass(frozen=True)
-class F:
-    points: tuple[P, ...]
-    generated_at: float
-    step_seconds: float = 60.0
-
-
 def capacity() -> CapacityModel:
     # One replica serves 10 requests/s.
     return CapacityModel(tokens=TokenProfile(900, 100), tokens_per_second=10_000)
 
 
 def inputs(risk: RiskSizing | None, observed: float | None, current: int = 1) -> PlanInputs:
-    forecast = F(tuple(P(60.0 * k, 30.0, 60.0) for k in range(1, 11)), generated_at=0)
+    forecast = Forecast(tuple(Point(60.0 * k, 30.0, 60.0) for k in range(1, 11)), 0)
     return PlanInputs(
         now=0,
         capacity=capacity(),
@@ -216,7 +204,7 @@ def test_the_calibration_survives_a_restart_through_the_status() -> None:
 
 def test_a_plan_without_the_risk_model_records_no_lookahead() -> None:
     decided = plan(inputs(None, observed=20))
-    assert remember_risk(PeakRisk(), decided) == PeakRisk()
+    assert remember_plan(PeakRisk(), decided) == PeakRisk()
     with_risk = plan(inputs(SIZED, observed=20))
-    (look,) = remember_risk(PeakRisk(), with_risk).pending
+    (look,) = remember_plan(PeakRisk(), with_risk).pending
     assert (look.start, look.end, look.sized, look.unit) == (0, 300, 40, 10)

@@ -40,7 +40,7 @@ from prescaler.planning import (
     next_fleet_state,
     observe_risk,
     plan,
-    record_risk,
+    remember_plan,
     risk_sizing,
 )
 
@@ -532,17 +532,8 @@ class PredictivePolicy:
                 risk=sizing,
             )
         )
-        if self.risk is not None and decision.risk_base is not None:
-            end = obs.now + decision.lookahead_seconds
-            assert decision.risk_sized is not None
-            self.risk = record_risk(
-                self.risk,
-                obs.now,
-                end,
-                decision.risk_base,
-                decision.risk_sized,
-                decision.risk_unit or 0.0,
-            )
+        if self.risk is not None:
+            self.risk = remember_plan(self.risk, decision)
         count, seconds = self.drivers.get(decision.driver, (0, 0.0))
         self.drivers[decision.driver] = (
             count + 1,

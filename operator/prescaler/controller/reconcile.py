@@ -61,7 +61,6 @@ from prescaler.controller.status import (
     parse_rfc3339,
     parse_status,
     recent_targets,
-    remember_risk,
     risk_status,
     role_previous,
     shortfall,
@@ -105,6 +104,7 @@ from prescaler.planning import (
     ScheduledWindow,
     drain_plan,
     plan,
+    remember_plan,
     risk_sizing,
 )
 from prescaler.sources import (
@@ -274,7 +274,7 @@ class Reconciler:
             update={
                 "degradation": degradation.degradation_status(assessment, None),
                 "risk": (
-                    risk_status(remember_risk(risk, decision), sizing) if risk is not None else None
+                    risk_status(remember_plan(risk, decision), sizing) if risk is not None else None
                 ),
             }
         )

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from typing import Any, Literal
 
@@ -47,7 +47,6 @@ from prescaler.planning import (
     ScalePlan,
     ScheduledWindow,
     observe_risk,
-    record_risk,
 )
 from prescaler.sources import Snapshot
 from prescaler_forecast import Selection
@@ -189,20 +188,7 @@ def peak_risk(previous: RiskStatus | None) -> PeakRisk:
     calibration = tuple(previous.calibration)
     if calibration and len(calibration) != LOG_BINS:
         calibration = ()
-    pending = tuple(
-        Lookahead(
-            start=p.start,
-            end=p.end,
-            base=p.base,
-            sized=p.sized,
-            unit=p.unit,
-            peak=p.peak,
-            demand=p.demand,
-            waited=p.waited,
-            seen=p.seen,
-        )
-        for p in previous.pending
-    )
+    pending = tuple(Lookahead(**p.model_dump()) for p in previous.pending)
     return PeakRisk(
         level=previous.quantile,
         histogram=calibration,
@@ -239,15 +225,6 @@ def learn_risk(
     return observe_risk(risk, objective, now, arriving, ready, waiting)
 
 
-def remember_risk(risk: PeakRisk, decision: ScalePlan) -> PeakRisk:
-    """Add the decision's lookahead, to score when it ends."""
-    if decision.risk_base is None or decision.risk_sized is None:
-        return risk
-    end = decision.now + decision.lookahead_seconds
-    unit = decision.risk_unit or 0.0
-    return record_risk(risk, decision.now, end, decision.risk_base, decision.risk_sized, unit)
-
-
 def risk_status(risk: PeakRisk, sizing: RiskSizing | None) -> RiskStatus:
     """The risk model as the status keeps it (rounded: it is written every reconcile)."""
     return RiskStatus(
@@ -258,15 +235,7 @@ def risk_status(risk: PeakRisk, sizing: RiskSizing | None) -> RiskStatus:
         calibration=[round(w, 3) for w in risk.histogram],
         pending=[
             LookaheadStatus(
-                start=p.start,
-                end=p.end,
-                base=round(p.base, 6),
-                sized=round(p.sized, 6),
-                unit=round(p.unit, 6),
-                peak=round(p.peak, 6),
-                demand=round(p.demand, 6),
-                waited=round(p.waited, 6),
-                seen=p.seen,
+                **{k: round(v, 6) if isinstance(v, float) else v for k, v in asdict(p).items()}
             )
             for p in risk.pending
         ],

@@ -27,6 +27,7 @@ from prescaler.planning._planner import (
     ScalingPolicy,
     next_fleet_state,
     plan,
+    remember_plan,
 )
 from prescaler.planning._risk import (
     LOG_BINS,
@@ -78,6 +79,7 @@ __all__ = [
     "observe_risk",
     "plan",
     "record_risk",
+    "remember_plan",
     "risk_sizing",
     "sized_demand",
 ]

@@ -77,14 +77,13 @@ from dataclasses import dataclass, field, replace
 from typing import Literal, Protocol
 
 from prescaler.capacity import CapacityModel, Constraint, DemandUnit
-from prescaler.planning._risk import RiskSizing, sized_demand
+from prescaler.planning._risk import PeakRisk, RiskSizing, record_risk, sized_demand
 from prescaler.planning._windows import Occurrence, ScheduledWindow
 
 RISK_MEMORY_PERIODS = 2
 """With the risk model, the memory of recent targets spans the lookahead plus this many
 stabilization periods. Its targets follow what is known now, which jumps with a noisy
 observation or forecast: a release must outlast those jumps, or the fleet flaps."""
-"""With the risk model, how many lookaheads of recent targets a release keeps."""
 
 Mode = Literal["replicas", "hpaFloor"]
 ScaleDownMode = Literal["forecast", "paced"]
@@ -230,8 +229,9 @@ class PlanInputs:
     missing data, so scale-down after a window is allowed."""
     risk: RiskSizing | None = None
     """The peak risk model's margin (:mod:`prescaler.planning._risk`). With it, the
-    forecast's requirement is ``max(forecast mean peak over the lookahead, observed) x
-    margin``, and a release keeps exactly that; without it, the forecast's upper band."""
+    forecast's requirement is :func:`sized_demand` of ``max(forecast mean peak over the
+    lookahead, observed)`` (the forecast's upper band until calibrated), and a release
+    keeps exactly that; without it, the forecast's upper band."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -481,13 +481,9 @@ def plan(inputs: PlanInputs) -> ScalePlan:
         why += f"; zero only after {period:.0f}s of zero or absent demand"
     hard_floor = min(max(window_floor, policy.min_replicas), policy.max_replicas)
     floor_driver: Driver = "window" if window_floor > policy.min_replicas else "floor"
-    if risk_sized is not None:
-        # A released replica can be back, ready, within one lookahead: a release keeps
-        # what the risk model sizes for that lookahead, which the target already is.
-        keep = capacity.required(risk_sized).replicas
-        if min(keep, policy.max_replicas) > hard_floor:
-            hard_floor, floor_driver = min(keep, policy.max_replicas), "release"
-    elif keep_peak is not None:
+    # With the risk model, a release keeps what it sizes for the lookahead (a released
+    # replica can be back, ready, within it): the target itself, so nothing more here.
+    if risk_sized is None and keep_peak is not None:
         # The guard will ask for observed demand x headroom within that period, and the
         # upper band is where observed demand is expected to stay.
         guard = policy.observed_headroom if seen else 1.0
@@ -621,6 +617,16 @@ def _pace(
             f"the stabilization period ({period:.0f}s) after the lookahead",
         )
     return desired, "scale_down", f"scale down {current} -> {desired}: {why}"
+
+
+def remember_plan(risk: PeakRisk, decision: ScalePlan) -> PeakRisk:
+    """``risk`` with the decision's lookahead added, to score when it ends (nothing to add
+    for a plan made without the risk model)."""
+    if decision.risk_base is None or decision.risk_sized is None:
+        return risk
+    end = decision.now + decision.lookahead_seconds
+    unit = decision.risk_unit or 0.0
+    return record_risk(risk, decision.now, end, decision.risk_base, decision.risk_sized, unit)
 
 
 def next_fleet_state(fleet: FleetState, plan: ScalePlan) -> FleetState:

@@ -65,9 +65,8 @@ class RiskObjective:
     """What the risk model aims for and how fast it learns. Built from the spec
     (``prescaler.api.risk_objective``), where the defaults live."""
 
-    served_fraction: float | None
-    """Share of demand to serve without waiting for capacity; ``None``: no adaptation,
-    the level stays at ``level``."""
+    served_fraction: float
+    """Share of demand to serve without waiting for capacity."""
     level: float
     """The quantile level a pool starts at (``spec.forecast.quantile``)."""
     adapt_rate: float
@@ -82,7 +81,7 @@ class RiskObjective:
 
     def __post_init__(self) -> None:
         sf = self.served_fraction
-        if sf is not None and not (math.isfinite(sf) and 0 < sf < 1):
+        if not (math.isfinite(sf) and 0 < sf < 1):
             raise ValueError("served fraction must be in (0, 1)")
         if not self.min_level <= self.level <= self.max_level:
             raise ValueError(f"level must be in [{self.min_level}, {self.max_level}]")
@@ -117,7 +116,8 @@ class PeakRisk:
     level: float | None = None
     """``θ``, once adapted (``None``: the objective's starting level)."""
     histogram: tuple[float, ...] = ()
-    """Faded counts of ``log(peak / base)`` per bin (empty: nothing learned yet)."""
+    """Faded counts of ``log((peak + u) / (base + u))`` per bin (empty: nothing learned
+    yet)."""
     pending: tuple[Lookahead, ...] = ()
     outcomes: int = 0
     """Lookaheads scored so far (not faded)."""
@@ -129,14 +129,11 @@ class PeakRisk:
     mean_demand: float | None = None
     """The pool's typical demand: the observed demand's mean, faded like the histogram."""
 
-    @property
-    def weight(self) -> float:
-        return sum(self.histogram)
-
 
 @dataclass(frozen=True, slots=True)
 class RiskSizing:
-    """What the planner sizes with: ``margin`` times the base."""
+    """What the planner sizes with: ``margin`` on ``base + typical`` (see
+    :func:`sized_demand`)."""
 
     margin: float
     """``exp(q)`` on ``base + u`` (1 until calibrated: the forecast's upper band stands)."""
@@ -268,7 +265,7 @@ def observe_risk(
         loss = share if loss is None else loss * fade + share * (1.0 - fade)
         outcomes += 1
         learned = True
-        if objective.served_fraction is not None and objective.adapt_rate > 0:
+        if objective.adapt_rate > 0:
             target = 1.0 - objective.served_fraction
             moved = (objective.level if level is None else level) + objective.adapt_rate * (
                 share - target
