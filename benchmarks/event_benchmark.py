@@ -110,9 +110,8 @@ def event_factor(times: np.ndarray, start: float, multiplier: float,
 
 def _scale_factor(sc: Scenario) -> tuple[float, Any]:
     """The demand scale that ``--scale-to-peak-replicas 40`` applies to the original trace."""
-    from prescaler.backtest import demand_from_trace
+    from prescaler.backtest import demand_from_trace, peak_factor
     from prescaler.backtest.traces import load_trace
-    from prescaler.cli.backtest import _peak_factor
 
     trace = load_trace(sc.path, sc.fmt)
     demand = demand_from_trace(
@@ -121,7 +120,7 @@ def _scale_factor(sc: Scenario) -> tuple[float, Any]:
     peak = float(demand.replay_tokens_per_s.max())
     # One part in 1e9 below, so that writing and re-reading the file cannot round the
     # pre-event peak up to a 41st replica.
-    return _peak_factor(peak, PEAK_REPLICAS, REPLICA_TPS) * (1 - 1e-9), trace
+    return peak_factor(peak, PEAK_REPLICAS, REPLICA_TPS) * (1 - 1e-9), trace
 
 
 def write_event_trace(sc: Scenario, multiplier: float, out: Path) -> dict[str, Any]:

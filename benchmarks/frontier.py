@@ -7,8 +7,8 @@ Run from the project root (the traces live in ``../shared/traces``)::
 
 For each trace and cold start it replays the held-out part of the trace (the part no knob
 or default was tuned on: the second half of ServeGen, NAB's last 28 days) once per knob
-value, in-process through the same code ``prescaler backtest`` runs (``prepare`` and
-``build_policies``):
+value, in-process through the same code ``prescaler backtest`` runs (its ``prepare``, and
+``prescaler.backtest.build_policies`` on the flags' spec and options):
 
 * reactive: the HPA target, 0.5 to 0.9 (0.7 is the brief's baseline);
 * persistence: ``k`` x the demand seen now;
@@ -109,8 +109,9 @@ def _parse(argv: Sequence[str]) -> argparse.Namespace:
 
 def sweep(name: str, trace_args: list[str], cold: int) -> list[Point]:
     from prescaler.api import ObjectiveSpec
-    from prescaler.backtest import score, simulate
-    from prescaler.cli.backtest import build_policies, prepare
+    from prescaler.backtest import build_policies, score, simulate
+    from prescaler.cli._backtest_spec import pool_spec, replay_options
+    from prescaler.cli.backtest import prepare
 
     base = [*trace_args, *COMMON, "--cold-start-seconds", str(cold)]
     args = _parse([*base, "--policies", "oracle"])
@@ -123,9 +124,18 @@ def sweep(name: str, trace_args: list[str], cold: int) -> list[Point]:
         return s.unserved_token_fraction, s.gpu_hours, s.shortfall_minutes
 
     def one(policy_name: str, extra: list[str]) -> Any:
+        # The library's policy for these flags, on the trace prepare() read once.
         ns = _parse([*base, "--policies", policy_name, *extra])
-        ns.forecast_step = args.forecast_step  # what prepare() derived from the trace
-        return build_policies(ns, prep)[0]
+        options = replay_options(ns, windows=prep.windows, forecast_step=args.forecast_step)
+        spec = pool_spec(ns, prep.config)
+        return build_policies(
+            spec,
+            prep.demand,
+            [policy_name],
+            capacity=prep.capacity,
+            config=prep.config,
+            options=options,
+        )[0]
 
     started = time.perf_counter()
     oracle = replay(one("oracle", []))

@@ -316,7 +316,7 @@ def test_predictive_fresh_observation_is_the_lagged_metric_and_none_in_a_gap() -
 def test_scale_to_peak_lands_the_peak_on_exactly_n_replicas() -> None:
     """``N × capacity / peak`` can overshoot by an ulp (688447.04... × factor is
     800000.0000000001), which would make the peak need N + 1 replicas."""
-    from prescaler.cli.backtest import _peak_factor
+    from prescaler.backtest import peak_factor as _peak_factor
 
     peak = 688447.0421242095
     assert peak * (40 * 20_000.0 / peak) > 40 * 20_000.0

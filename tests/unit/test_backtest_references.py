@@ -15,6 +15,7 @@ from prescaler.backtest import (
     ReactivePolicy,
     SmoothedOraclePolicy,
     oracle_replicas,
+    reactive_policy,
     score,
     simulate,
     smoothed_demand,
@@ -22,6 +23,7 @@ from prescaler.backtest import (
 )
 from prescaler.cli import backtest as cli_backtest
 from prescaler.cli import main
+from prescaler.cli._backtest_spec import replay_options
 
 CAP = 1000.0  # tokens/s per replica
 
@@ -123,9 +125,11 @@ def _args(*extra: str) -> argparse.Namespace:
 
 def test_hpa_target_reaches_the_reactive_policy() -> None:
     config = _config()
-    default = cli_backtest._reactive(_args(), CAP, config, ReactivePolicy)
+    options = replay_options(_args(), windows=[], forecast_step=60)
+    default = reactive_policy(config, options.hpa_target)
     assert default.target == 0.7 == ReactivePolicy(CAP, 1, 2).target
-    swept = cli_backtest._reactive(_args("--hpa-target", "0.5"), CAP, config, ReactivePolicy)
+    swept_options = replay_options(_args("--hpa-target", "0.5"), windows=[], forecast_step=60)
+    swept = reactive_policy(config, swept_options.hpa_target)
     assert (swept.target, swept.min_replicas, swept.max_replicas) == (0.5, 1, 50)
     with pytest.raises(SystemExit):
         _args("--hpa-target", "1.5")

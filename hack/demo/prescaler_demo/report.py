@@ -8,15 +8,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+import yaml
 
-from prescaler.backtest import (
-    FleetConfig,
-    ReactivePolicy,
-    demand_from_trace,
-    fluid_queue,
-    score,
-    simulate,
-)
+from prescaler.api import parse_spec
+from prescaler.backtest import FleetConfig, backtest, demand_from_trace, fluid_queue
 from prescaler.backtest.traces import Trace
 from prescaler_demo.scenario import Scenario
 
@@ -82,7 +77,8 @@ class Comparison:
 
 def hpa_on_same_demand(sc: Scenario, start: float) -> Comparison:
     """The backtest's ``reactive`` policy (Kubernetes HPA v2 at 70 %) on the live stretch, with
-    the same replica capacity, cold start, bounds and starting fleet."""
+    the same replica capacity, cold start, bounds and starting fleet: the backtest library
+    run on the demo's pool."""
     o = sc.options
     trace = Trace(start=start, step_seconds=o.seconds_per_step, rps=sc.live_rps.astype(float))
     demand = demand_from_trace(
@@ -96,13 +92,10 @@ def hpa_on_same_demand(sc: Scenario, start: float) -> Comparison:
         max_replicas=o.max_replicas,
         initial_replicas=sc.initial_replicas(),
     )
-    policy = ReactivePolicy(
-        replica_tokens_per_second=replica_tokens,
-        min_replicas=o.min_replicas,
-        max_replicas=o.max_replicas,
-    )
-    run = simulate(demand, policy, config)
-    s = score(run, demand, config)
+    spec = parse_spec(yaml.safe_load(sc.pool_yaml("http://prometheus:9090", start))["spec"])
+    result = backtest(spec, demand, ["reactive"], config=config, degradation=None).result
+    (run,) = result.runs
+    s = result.scores[run.name]
     # One more point at the end, so the last step is drawn over its whole width.
     n = len(run.ready_per_step)
     t = demand.start + np.arange(n + 1) * config.step_seconds

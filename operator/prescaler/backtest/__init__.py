@@ -14,6 +14,9 @@ Module map:
 * ``_report``   - several policies at once, JSON, CSV and plots
 * ``_roles``    - a disaggregated fleet: both roles' replays scored as one, and the
   time-shared unified replica it is compared with
+* ``_run``      - the entry point: a pool's spec, a demand and policy names to a result
+  (:func:`backtest`), which every replay shares (trace files, a pool's Prometheus history,
+  the demo's HPA comparison, the benchmarks)
 """
 
 from prescaler.backtest._demand import Demand, demand_from_trace, role_demand
@@ -52,6 +55,31 @@ from prescaler.backtest._roles import (
     DisaggregatedScore,
     time_shared_tokens_per_second,
 )
+from prescaler.backtest._run import (
+    DEFAULT_POLICIES,
+    HPA_TARGET,
+    PERSISTENCE_K,
+    POLICIES,
+    SMOOTHED_ORACLE_K,
+    SMOOTHED_WINDOW_MINUTES,
+    WARM_START_SECONDS,
+    Backtest,
+    Replay,
+    ReplayOptions,
+    backtest,
+    backtest_roles,
+    build_policies,
+    check_policies,
+    degradation_setup,
+    peak_factor,
+    peak_need,
+    pool_capacity,
+    pool_fleet,
+    predictive_policy,
+    reactive_policy,
+    standby_max_replicas,
+    with_standby,
+)
 from prescaler.backtest._simulate import (
     FleetConfig,
     FleetSignals,
@@ -65,6 +93,14 @@ from prescaler.backtest._simulate import (
 )
 
 __all__ = [
+    "DEFAULT_POLICIES",
+    "HPA_TARGET",
+    "PERSISTENCE_K",
+    "POLICIES",
+    "SMOOTHED_ORACLE_K",
+    "SMOOTHED_WINDOW_MINUTES",
+    "WARM_START_SECONDS",
+    "Backtest",
     "BacktestResult",
     "DegradationRun",
     "DegradationSetup",
@@ -83,16 +119,29 @@ __all__ = [
     "PolicyRun",
     "PredictivePolicy",
     "ReactivePolicy",
+    "Replay",
+    "ReplayOptions",
     "ScheduleOnlyPolicy",
     "Score",
     "SmoothedOraclePolicy",
     "assess_fleet",
+    "backtest",
+    "backtest_roles",
+    "build_policies",
+    "check_policies",
     "cold_start_steps",
+    "degradation_setup",
     "demand_from_trace",
     "fluid_queue",
     "lead_times",
     "oracle_replicas",
+    "peak_factor",
+    "peak_need",
     "plot_paths",
+    "pool_capacity",
+    "pool_fleet",
+    "predictive_policy",
+    "reactive_policy",
     "replicas_needed",
     "role_demand",
     "run_backtest",
@@ -102,8 +151,10 @@ __all__ = [
     "smoothed_demand",
     "smoothed_oracle_replicas",
     "span_score",
+    "standby_max_replicas",
     "time_shared_tokens_per_second",
     "timeline",
+    "with_standby",
     "worst_ramp",
     "write_plots",
     "write_timeline",

@@ -17,8 +17,8 @@ from typing import Any
 
 from prescaler.api import InferencePoolSpec
 from prescaler.capacity import ROLES, CapacityModel, Role
+from prescaler.cli._backtest_spec import Prepared, parsed_spec, pool_raw
 from prescaler.cli._common import CliError
-from prescaler.cli.backtest import Prepared, build_policies, parsed_spec, pool_raw
 
 FORMATS = ("azure", "requests")
 """Formats with per-request token columns: the only ones whose roles' demands are known."""
@@ -147,22 +147,13 @@ def roles_spec(args: argparse.Namespace, fleets: dict[Role, Prepared]) -> Infere
     return spec
 
 
-def run_roles(args: argparse.Namespace, prep: Prepared, progress: Any) -> Any:
-    """Replay both roles under ``--policies`` and return their
-    :class:`prescaler.backtest.DisaggregatedResult`."""
-    from prescaler.api import role_view
-    from prescaler.backtest import DisaggregatedResult, run_backtest
+def role_fleets(args: argparse.Namespace, prep: Prepared) -> tuple[InferencePoolSpec, Any]:
+    """The disaggregated pool's spec and each role's
+    :class:`prescaler.backtest.Replay`, for :func:`prescaler.backtest.backtest`'s ``roles``."""
+    from prescaler.backtest import Replay
 
     fleets = {role: role_prepared(args, prep, role) for role in ROLES}
     spec = roles_spec(args, fleets)
-    results = {}
-    for role, fleet in fleets.items():
-        policies = build_policies(args, fleet, spec=role_view(spec, role))
-
-        def report(name: str, done: float, role: Role = role) -> None:
-            progress(f"{role} {name}", done)
-
-        results[role] = run_backtest(fleet.demand, policies, fleet.config, progress=report)
-    return DisaggregatedResult(
-        roles=results, capacities={role: fleet.capacity for role, fleet in fleets.items()}
-    )
+    return spec, {
+        role: Replay(fleet.demand, fleet.capacity, fleet.config) for role, fleet in fleets.items()
+    }

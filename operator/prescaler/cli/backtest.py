@@ -91,16 +91,31 @@ import json
 import math
 import sys
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from prescaler.api import (
     ColdStartSpec,
-    ForecastSpec,
     InferencePoolSpec,
     ObjectiveSpec,
     ScaleDownSpec,
+)
+from prescaler.backtest._run import (
+    HPA_TARGET,
+    PERSISTENCE_K,
+    POLICIES,
+    SMOOTHED_ORACLE_K,
+    SMOOTHED_WINDOW_MINUTES,
+    WARM_START_SECONDS,
+    check_policies,
+)
+from prescaler.cli._backtest_spec import (
+    Prepared,
+    _default,
+    _parse_span,
+    _with_standby,
+    pool_spec,
+    replay_options,
 )
 from prescaler.cli._capacity_args import add_capacity_arguments, capacity_from_args
 from prescaler.cli._common import (
@@ -113,28 +128,14 @@ from prescaler.cli._common import (
 )
 from prescaler.settings import ReconcileSettings
 
-POLICIES = ("reactive", "predictive", "oracle", "schedule-only", "persistence", "smoothed-oracle")
-WARM_START_SECONDS = 60.0
-"""Default warm start: the weight load and runtime init left once a node is up and pulled."""
+__all__ = ["POLICIES", "Prepared", "degradation_setup", "pool_spec", "prepare", "register", "run"]
 
 
 def _policies(text: str) -> list[str]:
-    names = [p.strip() for p in text.split(",") if p.strip()]
-    if not names:
-        raise argparse.ArgumentTypeError("give at least one policy")
-    for name in names:
-        if name not in POLICIES:
-            raise argparse.ArgumentTypeError(
-                f"unknown policy {name!r}; expected some of {', '.join(POLICIES)}"
-            )
-    if len(set(names)) != len(names):
-        raise argparse.ArgumentTypeError("a policy is listed twice")
-    return names
-
-
-def _default(name: str, model: type[Any] = ForecastSpec) -> Any:
-    """A field's default in the spec model (the one place it lives)."""
-    return model.model_fields[name].get_default(call_default_factory=True)
+    try:
+        return list(check_policies([p.strip() for p in text.split(",") if p.strip()]))
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def non_negative_int(text: str) -> int:
@@ -176,9 +177,22 @@ def register(subparsers: Any) -> None:
             "shortfall minutes, unserved token fraction, GPU-hours and scale events."
         ),
     )
-    src = parser.add_argument_group("trace")
-    src.add_argument("--trace", required=True, type=Path, metavar="FILE")
-    src.add_argument("--format", required=True, choices=TRACE_FORMATS, dest="trace_format")
+    src = parser.add_argument_group(
+        "trace", "Replay a trace file (--trace), or a pool's own history (--prometheus, below)."
+    )
+    replayed = src.add_mutually_exclusive_group(required=True)
+    replayed.add_argument("--trace", type=Path, metavar="FILE")
+    replayed.add_argument(
+        "--prometheus",
+        nargs="?",
+        const="",
+        metavar="URL",
+        help="replay a pool's own demand history from this Prometheus (no URL: the pool's "
+        "spec.forecast.prometheus.url); give --pool or --pool-file",
+    )
+    src.add_argument(
+        "--format", choices=TRACE_FORMATS, dest="trace_format", help="the trace's format"
+    )
     src.add_argument(
         "--time-scale",
         type=positive_float,
@@ -215,8 +229,17 @@ def register(subparsers: Any) -> None:
     )
 
     fleet = parser.add_argument_group("fleet")
-    fleet.add_argument("--cold-start-seconds", required=True, type=non_negative_float)
-    fleet.add_argument("--min-replicas", type=positive_int, default=1)
+    fleet.add_argument(
+        "--cold-start-seconds",
+        type=non_negative_float,
+        help="required with --trace; with --prometheus the pool's measured cold start "
+        "(status.coldStart), else its spec's",
+    )
+    fleet.add_argument(
+        "--min-replicas",
+        type=positive_int,
+        help="default 1 (with --prometheus: the pool's spec.minReplicas)",
+    )
     fleet.add_argument(
         "--max-replicas",
         type=positive_int,
@@ -322,27 +345,28 @@ def register(subparsers: Any) -> None:
     pol.add_argument(
         "--persistence-k",
         type=positive_float,
-        default=1.4,
+        default=PERSISTENCE_K,
         help="reference policy 'persistence': replicas for k x the demand seen now",
     )
     pol.add_argument(
         "--smoothed-oracle-k",
         type=positive_float,
-        default=1.0,
+        default=SMOOTHED_ORACLE_K,
         help="reference policy 'smoothed-oracle': replicas for k x the future's centred "
         "rolling mean of demand (default 1.0: the mean itself)",
     )
     pol.add_argument(
         "--smoothed-window-minutes",
         type=positive_int,
-        default=31,
-        help="the smoothed oracle's centred rolling-mean window (default 31)",
+        default=SMOOTHED_WINDOW_MINUTES,
+        help="the smoothed oracle's centred rolling-mean window "
+        f"(default {SMOOTHED_WINDOW_MINUTES})",
     )
     pol.add_argument(
         "--hpa-target",
         type=fraction,
-        default=0.7,
-        help="the reactive (HPA) policy's target utilization (default 0.7, the brief's)",
+        help=f"the reactive (HPA) policy's target utilization (default {HPA_TARGET:g}, the "
+        "brief's; with --prometheus: the target of the pool's HPA when it has one)",
     )
     pol.add_argument(
         "--standby-max-replicas",
@@ -420,6 +444,9 @@ def register(subparsers: Any) -> None:
         "--plot", type=Path, metavar="OUT.png", help="writes OUT.png, OUT-zoom.png and OUT-bars.png"
     )
     out.add_argument("--quiet", action="store_true", help="no progress on stderr")
+    from prescaler.cli._prometheus_backtest import add_prometheus_arguments
+
+    add_prometheus_arguments(parser)
     parser.set_defaults(func=run)
 
 
@@ -454,48 +481,6 @@ def _parse_window(spec: str) -> Any:
         raise CliError(f"--window: {exc}") from None
 
 
-def _parse_span(spec: str) -> tuple[str, float, float]:
-    """``name=...,start=ISO,end=ISO`` -> (name, start, end) in unix seconds (naive = UTC)."""
-    import pandas as pd
-
-    fields: dict[str, str] = {}
-    for part in spec.split(","):
-        if "=" not in part:
-            raise CliError(f"--score-span: expected key=value pairs, got {part!r}")
-        key, value = part.split("=", 1)
-        fields[key.strip()] = value.strip()
-    unknown = set(fields) - {"name", "start", "end"}
-    if unknown:
-        raise CliError(f"--score-span: unknown key(s) {', '.join(sorted(unknown))}")
-    if "start" not in fields or "end" not in fields:
-        raise CliError("--score-span: needs start= and end=")
-    try:
-        bounds = [pd.Timestamp(fields[k]) for k in ("start", "end")]
-    except ValueError as exc:
-        raise CliError(f"--score-span: {exc}") from None
-    start, end = (b.tz_localize("UTC") if b.tzinfo is None else b for b in bounds)
-    if not end > start:
-        raise CliError("--score-span: end must be after start")
-    return fields.get("name", f"span{start.isoformat()}"), start.timestamp(), end.timestamp()
-
-
-def _span_scores(result: Any, spans: list[tuple[str, float, float]]) -> dict[str, Any]:
-    import pandas as pd
-
-    out: dict[str, Any] = {}
-    for name, start, end in spans:
-        try:
-            policies = result.span_scores(start, end)
-        except ValueError:
-            raise CliError(f"--score-span {name}: outside the replayed minutes") from None
-        out[name] = {
-            "start": pd.Timestamp(start, unit="s", tz="UTC").isoformat(),
-            "end": pd.Timestamp(end, unit="s", tz="UTC").isoformat(),
-            "policies": policies,
-        }
-    return out
-
-
 class _Progress:
     def __init__(self, enabled: bool) -> None:
         self.enabled = enabled
@@ -514,29 +499,21 @@ class _Progress:
         sys.stderr.flush()
 
 
-@dataclass(frozen=True)
-class Prepared:
-    """A trace turned into the simulation's inputs, as ``run`` uses them (and benchmarks
-    that replay one trace under many policies)."""
-
-    trace: Any
-    demand: Any
-    capacity: Any
-    config: Any
-    windows: list[Any]
-    spans: list[Any]
-    standby_max: int
-    demand_scale: float = 1.0
-    """The factor ``--scale-to-peak-replicas`` multiplied the trace's demand by."""
-
-
 def prepare(args: argparse.Namespace) -> Prepared:
     """Load the trace and build the demand, capacity model and simulated fleet."""
-    import numpy as np
-
-    from prescaler.backtest import FleetConfig, demand_from_trace, replicas_needed
+    from prescaler.backtest import (
+        FleetConfig,
+        demand_from_trace,
+        peak_factor,
+        peak_need,
+        standby_max_replicas,
+    )
     from prescaler.backtest.traces import TraceError, load_token_mix, load_trace, with_token_mix
 
+    if args.trace_format is None:
+        raise CliError("--trace: give its --format")
+    if args.cold_start_seconds is None:
+        raise CliError("--trace: give --cold-start-seconds")
     windows = [_parse_window(w) for w in args.window]
     if args.disaggregated:
         from prescaler.cli._disaggregated import check_args
@@ -585,24 +562,25 @@ def prepare(args: argparse.Namespace) -> Prepared:
         raise CliError("--trace: the trace has no demand")
     scale = 1.0
     if args.scale_to_peak_replicas is not None:
-        scale = _peak_factor(peak, args.scale_to_peak_replicas, replica_tps)
+        scale = peak_factor(peak, args.scale_to_peak_replicas, replica_tps)
         demand = demand.scaled(scale)
-        peak = float(demand.replay_tokens_per_s.max())
-    peak_need = max(1, int(replicas_needed(np.array([peak]), replica_tps)[0]))
-    max_replicas = args.max_replicas if args.max_replicas is not None else 2 * peak_need
-    if max_replicas < args.min_replicas:
+    min_replicas = args.min_replicas if args.min_replicas is not None else 1
+    max_replicas = args.max_replicas
+    if max_replicas is None:
+        max_replicas = 2 * peak_need(demand, replica_tps)
+    if max_replicas < min_replicas:
         raise CliError("--max-replicas must be >= --min-replicas")
     try:
         config = FleetConfig(
             replica_tokens_per_second=replica_tps,
             cold_start_seconds=args.cold_start_seconds,
-            min_replicas=args.min_replicas,
+            min_replicas=min_replicas,
             max_replicas=max_replicas,
             gpus_per_replica=args.gpus_per_replica,
         )
     except ValueError as exc:
         raise CliError(str(exc)) from None
-    standby_max = _standby_max_replicas(args, config) if "predictive" in args.policies else 0
+    standby_max = standby_max_replicas(pool_spec(args, config), args.policies)
     if standby_max > 0:
         config = _with_standby(args, config)
     # The forecaster works at the trace's own resolution (no finer than a minute).
@@ -614,373 +592,105 @@ def prepare(args: argparse.Namespace) -> Prepared:
     return Prepared(trace, demand, capacity, config, windows, spans, standby_max, scale)
 
 
-def build_policies(
+def degradation_setup(
     args: argparse.Namespace, prep: Prepared, spec: InferencePoolSpec | None = None
-) -> list[Any]:
-    """The policies ``--policies`` names, in order, for this prepared trace; the predictive
-    one runs ``spec`` (default: :func:`pool_spec` of the prepared fleet)."""
-    import numpy as np
-
-    from prescaler.backtest import (
-        OraclePolicy,
-        PersistencePolicy,
-        Policy,
-        PredictivePolicy,
-        ReactivePolicy,
-        ScheduleOnlyPolicy,
-        oracle_replicas,
-    )
-
-    demand, capacity, config, windows = prep.demand, prep.capacity, prep.config, prep.windows
-    replica_tps = config.replica_tokens_per_second
-    policies: list[Policy] = []
-    for name in args.policies:
-        if name == "reactive":
-            policies.append(_reactive(args, replica_tps, config, ReactivePolicy))
-        elif name == "smoothed-oracle":
-            policies.append(_smoothed_oracle(args, demand, config))
-        elif name == "oracle":
-            per_step = np.repeat(demand.tokens_per_s, config.steps_per_minute)
-            policies.append(
-                OraclePolicy(
-                    oracle_replicas(
-                        per_step,
-                        replica_tps,
-                        config.lag_steps,
-                        config.min_replicas,
-                        config.max_replicas,
-                    ),
-                    config.step_seconds,
-                )
-            )
-        elif name == "persistence":
-            policies.append(
-                PersistencePolicy(
-                    args.persistence_k, replica_tps, config.min_replicas, config.max_replicas
-                )
-            )
-        elif name == "schedule-only":
-            policies.append(
-                ScheduleOnlyPolicy(windows, capacity, config.min_replicas, config.max_replicas)
-            )
-        else:
-            policies.append(
-                _predictive(args, demand, capacity, config, windows, PredictivePolicy, spec)
-            )
-
-    return policies
-
-
-def degradation_setup(args: argparse.Namespace, prep: Prepared) -> Any:
-    """How the fleets' degradation levels are assessed: the spec's thresholds, the run's
-    capacity model, at every decision of the predictive policy (the reconcile period)."""
-    from prescaler.api import SpecError, degradation_policy
-    from prescaler.backtest import DegradationSetup
+) -> Any:
+    """How the fleets' degradation levels are assessed: the spec's thresholds (default:
+    :func:`pool_spec` of the prepared fleet), the run's capacity model, at every decision
+    of the predictive policy (the reconcile period)."""
+    from prescaler.backtest import degradation_setup as setup
 
     every = args.decision_seconds
     step = prep.config.step_seconds
     if abs(every / step - round(every / step)) > 1e-9:
         raise CliError(f"--decision-seconds must be a multiple of the {step:g} s simulation step")
-    try:
-        policy = degradation_policy(pool_spec(args, prep.config))
-    except SpecError as exc:
-        raise CliError(str(exc)) from None
-    return DegradationSetup(policy=policy, capacity=prep.capacity, every_seconds=every)
+    return setup(spec or pool_spec(args, prep.config), prep.capacity, prep.config, every)
 
 
 def run(args: argparse.Namespace) -> int:
-    from prescaler.backtest import run_backtest, write_plots, write_timeline
+    from dataclasses import replace
+
+    from prescaler.backtest import backtest, backtest_roles
 
     started = time.perf_counter()
-    prep = prepare(args)
-    demand, capacity, config = prep.demand, prep.capacity, prep.config
-    spans, standby_max = prep.spans, prep.standby_max
-    policies = build_policies(args, prep)
-    progress = _Progress(not args.quiet)
-    result = run_backtest(
-        demand, policies, config, progress=progress, degradation=degradation_setup(args, prep)
-    )
-    roles = None
-    if args.disaggregated:
-        from prescaler.cli._disaggregated import run_roles
+    if args.prometheus is not None:
+        from prescaler.cli._prometheus_backtest import prepare_history
 
-        roles = run_roles(args, prep, progress)
-    elapsed = time.perf_counter() - started
-
-    body = result.to_json(
-        trace=str(args.trace),
-        fmt=args.trace_format,
-        extra={
+        history = prepare_history(args)
+        prep, spec, source, head = history.prepared, history.spec, history.source, history.json
+        options = replay_options(args, windows=None, forecast_step=history.forecast_step)
+        title = history.title
+    else:
+        if args.trace is None:
+            raise CliError("give --trace FILE --format F, or --prometheus with --pool")
+        prep = prepare(args)
+        spec = pool_spec(args, prep.config)
+        options = replay_options(args, windows=prep.windows, forecast_step=args.forecast_step)
+        source = {"trace": str(args.trace), "fmt": args.trace_format}
+        head = {
             "time_scale": args.time_scale,
             "scale_to_peak_replicas": args.scale_to_peak_replicas,
-            "capacity_constraint": capacity.binding_constraint,
+        }
+        title = args.trace.name
+    progress = _Progress(not args.quiet)
+    result = backtest(
+        spec,
+        prep.demand,
+        args.policies,
+        capacity=prep.capacity,
+        config=prep.config,
+        options=options,
+        degradation=degradation_setup(args, prep, spec),
+        progress=progress,
+    )
+    if args.disaggregated:
+        from prescaler.cli._disaggregated import role_fleets
+
+        roles_spec, fleets = role_fleets(args, prep)
+        roles = backtest_roles(
+            roles_spec, fleets, args.policies, options=options, progress=progress
+        )
+        result = replace(result, roles=roles)
+    elapsed = time.perf_counter() - started
+    write_report(args, result, prep, source, head, elapsed, title)
+    return 0
+
+
+def write_report(
+    args: argparse.Namespace,
+    result: Any,
+    prep: Prepared,
+    source: dict[str, str],
+    head: dict[str, Any],
+    elapsed: float,
+    title: str,
+) -> None:
+    """The JSON (to ``--json`` or stdout), ``--timeline`` and ``--plot`` of a replay."""
+    from prescaler.backtest import write_plots
+
+    spans = prep.spans
+    try:
+        scored = {"spans": result.span_scores(spans)} if spans else {}
+    except ValueError as exc:
+        raise CliError(f"--score-span {str(exc).removeprefix('span ')}") from None
+    body = result.result.to_json(
+        trace=source["trace"],
+        fmt=source["fmt"],
+        extra={
+            **head,
+            "capacity_constraint": prep.capacity.binding_constraint,
             "wall_seconds": round(elapsed, 3),
-            **_reference_settings(args, config, standby_max),
-            **({"spans": _span_scores(result, spans)} if spans else {}),
-            "drivers": _drivers_json(policies),
-            **({"disaggregated": _roles_json(roles, result, capacity, spans)} if roles else {}),
+            **result.settings_json(),
+            **scored,
+            "drivers": result.drivers(),
+            **({"disaggregated": result.roles_json(spans)} if result.roles else {}),
         },
     )
-    if args.timeline is not None and roles is not None:
-        import pandas as pd
-
-        pd.concat([result.timeline(), roles.timeline()], axis=1).to_csv(args.timeline, index=False)
-    elif args.timeline is not None:
-        write_timeline(result, args.timeline)
+    if args.timeline is not None:
+        result.timeline().to_csv(args.timeline, index=False)
     if args.plot is not None:
-        write_plots(result, args.plot, title=args.trace.name)
+        write_plots(result.result, args.plot, title=title)
     if args.json_out is not None:
         args.json_out.write_text(json.dumps(body, indent=2) + "\n")
     else:
         print_json(body)
-    return 0
-
-
-def _drivers_json(policies: list[Any]) -> dict[str, Any]:
-    """Per planning policy, what drove its decisions: for each rule
-    (:data:`prescaler.planning.Driver`), its share of the decisions and of the replica time
-    (GPU-hours) they asked for."""
-    out: dict[str, Any] = {}
-    for policy in policies:
-        drivers = getattr(policy, "drivers", None)
-        if not drivers:
-            continue
-        decisions = sum(n for n, _ in drivers.values()) or 1
-        seconds = sum(t for _, t in drivers.values()) or 1.0
-        out[policy.name] = {
-            name: {
-                "decisions": n,
-                "decision_share": round(n / decisions, 4),
-                "gpu_hour_share": round(t / seconds, 4),
-            }
-            for name, (n, t) in sorted(drivers.items(), key=lambda kv: -kv[1][1])
-        }
-    return out
-
-
-def _roles_json(
-    roles: Any, unified: Any, capacity: Any, spans: list[tuple[str, float, float]]
-) -> dict[str, Any]:
-    """The JSON's ``disaggregated`` section, with the unified replica it is compared with
-    and both roles' scores in each ``--score-span``."""
-    body: dict[str, Any] = {"unified_tokens_per_second": capacity.throughput}
-    body.update(roles.to_json(unified))
-    if spans:
-        body["spans"] = {
-            name: {n: sc.as_dict() for n, sc in roles.span_scores(start, end).items()}
-            for name, start, end in spans
-        }
-    return body
-
-
-def _peak_factor(peak: float, replicas: int, replica_tps: float) -> float:
-    """The demand scale that makes the peak need exactly ``replicas`` replicas.
-
-    ``replicas × capacity / peak`` can land the peak a float ulp above ``replicas``
-    replicas' capacity, which the shortfall test (and so the oracle) takes for one more
-    replica: step the factor down by ulps until it does not.
-    """
-    import numpy as np
-
-    from prescaler.backtest import replicas_needed
-
-    factor = replicas * replica_tps / peak
-    while int(replicas_needed(np.array([peak * factor]), replica_tps)[0]) > replicas:
-        factor = float(np.nextafter(factor, 0.0))
-    return factor
-
-
-def _reactive(
-    args: argparse.Namespace, replica_tps: float, config: Any, reactive_policy: Any
-) -> Any:
-    """The HPA baseline at ``--hpa-target`` (the brief's 0.7 unless swept)."""
-    return reactive_policy(
-        replica_tps, config.min_replicas, config.max_replicas, target=args.hpa_target
-    )
-
-
-def _smoothed_oracle(args: argparse.Namespace, demand: Any, config: Any) -> Any:
-    """The smoothed-oracle reference: ``k`` x the future's centred rolling mean."""
-    from prescaler.backtest import SmoothedOraclePolicy, smoothed_oracle_replicas
-
-    replicas = smoothed_oracle_replicas(
-        demand.tokens_per_s,
-        config.steps_per_minute,
-        config.replica_tokens_per_second,
-        config.lag_steps,
-        config.min_replicas,
-        config.max_replicas,
-        k=args.smoothed_oracle_k,
-        window_minutes=args.smoothed_window_minutes,
-    )
-    return SmoothedOraclePolicy(replicas, config.step_seconds)
-
-
-def _standby_max_replicas(args: argparse.Namespace, config: Any) -> int:
-    """The predictive policy's standby bound, as the spec's placeholders set it."""
-    from prescaler.api import SpecError
-    from prescaler.api import scaling_policy as policy_from_spec
-
-    try:
-        return policy_from_spec(pool_spec(args, config)).standby_max_replicas
-    except SpecError as exc:
-        raise CliError(str(exc)) from None
-
-
-def _with_standby(args: argparse.Namespace, config: Any) -> Any:
-    """The fleet with warm standby simulated: replicas on a warm slot start faster."""
-    from dataclasses import replace
-
-    warm = args.warm_start_seconds
-    if warm is None:
-        warm = min(WARM_START_SECONDS, config.cold_start_seconds)
-    elif warm > config.cold_start_seconds:
-        raise CliError("--warm-start-seconds must be at most --cold-start-seconds")
-    try:
-        return replace(
-            config, warm_start_seconds=warm, standby_cost_fraction=args.standby_cost_fraction
-        )
-    except ValueError as exc:
-        raise CliError(str(exc)) from None
-
-
-def _reference_settings(args: argparse.Namespace, config: Any, standby_max: int) -> dict[str, Any]:
-    """The JSON's record of the reference and standby knobs this run used."""
-    out: dict[str, Any] = {}
-    if "reactive" in args.policies:
-        out["hpa_target"] = args.hpa_target
-    if "smoothed-oracle" in args.policies:
-        out["smoothed_oracle"] = {
-            "k": args.smoothed_oracle_k,
-            "window_minutes": args.smoothed_window_minutes,
-        }
-    if standby_max > 0:
-        out["standby"] = {
-            "max_replicas": standby_max,
-            "warm_start_seconds": config.warm_start_seconds,
-            "cost_fraction": config.standby_cost_fraction,
-        }
-    return out
-
-
-def pool_spec(args: argparse.Namespace, config: Any) -> InferencePoolSpec:
-    """The InferencePool a user would apply for this fleet, with only the flags given set:
-    every other knob is the spec model's default, exactly as the operator would run it."""
-    return parsed_spec(pool_raw(args, config))
-
-
-def parsed_spec(raw: dict[str, Any]) -> InferencePoolSpec:
-    from prescaler.api import SpecError, parse_spec
-
-    try:
-        return parse_spec(raw)
-    except SpecError as exc:
-        raise CliError(str(exc)) from None
-
-
-def pool_raw(args: argparse.Namespace, config: Any) -> dict[str, Any]:
-    """:func:`pool_spec` as the wire dict, before it is parsed."""
-    forecast: dict[str, Any] = {"prometheus": {"url": "http://backtest.invalid"}}
-    for flag, wire in (
-        ("forecast_model", "model"),
-        ("quantile", "quantile"),
-        ("observed_headroom", "observedHeadroom"),
-        ("headroom", "headroom"),
-    ):
-        if getattr(args, flag, None) is not None:
-            forecast[wire] = getattr(args, flag)
-    if args.refit_minutes is not None:
-        forecast["refitSeconds"] = max(10, round(args.refit_minutes * 60.0))
-    objective: dict[str, Any] = {}
-    for flag, wire in (("served_fraction", "servedFraction"), ("adapt_rate", "adaptRate")):
-        if getattr(args, flag, None) is not None:
-            objective[wire] = getattr(args, flag)
-    raw: dict[str, Any] = {
-        "target": {"kind": "Deployment", "name": "backtest"},
-        "minReplicas": config.min_replicas,
-        "maxReplicas": config.max_replicas,
-        "model": {"tokensPerSecond": config.replica_tokens_per_second},
-        "coldStart": {"mode": "fixed", "seconds": min(7200, round(args.cold_start_seconds))},
-        "forecast": forecast,
-    }
-    if objective:
-        raw["objective"] = objective
-    if args.lead_margin_seconds is not None:
-        raw["coldStart"]["marginSeconds"] = args.lead_margin_seconds
-    scale_down: dict[str, Any] = {}
-    if args.scale_down_stabilization_seconds is not None:
-        scale_down["stabilizationSeconds"] = args.scale_down_stabilization_seconds
-    if args.scale_down_max_percent is not None:
-        scale_down["maxPercent"] = args.scale_down_max_percent
-    if args.scale_down_mode is not None:
-        scale_down["mode"] = args.scale_down_mode
-    if scale_down:
-        raw["scaleDown"] = scale_down
-    standby_max = getattr(args, "standby_max_replicas", None)
-    if standby_max is not None:
-        placeholders: dict[str, Any] = {"enabled": standby_max > 0}
-        if standby_max > 0:
-            placeholders["maxReplicas"] = standby_max
-        raw["standby"] = {
-            "imagePrePull": {"enabled": standby_max > 0},
-            "placeholders": placeholders,
-        }
-    return raw
-
-
-def _predictive(
-    args: argparse.Namespace,
-    demand: Any,
-    capacity: Any,
-    config: Any,
-    windows: list[Any],
-    predictive_policy: Any,
-    spec: InferencePoolSpec | None = None,
-) -> Any:
-    from dataclasses import replace
-
-    from prescaler.api import SpecError, forecast_service, risk_objective
-    from prescaler.api import scaling_policy as policy_from_spec
-    from prescaler.planning import event_windows
-
-    if spec is None:
-        spec = pool_spec(args, config)
-    assert spec.forecast is not None
-    step = args.forecast_step
-    margin = spec.cold_start.margin_seconds
-    horizon = max(args.cold_start_seconds + margin + step, 2 * step)
-    horizon = math.ceil(horizon / step) * step
-    placeholders = spec.standby.placeholders
-    if placeholders.enabled and placeholders.max_replicas > 0:
-        # As the operator: standby covers the forecast's upper peak over the spec's whole
-        # horizon, so with standby on the forecaster looks that far ahead.
-        horizon = max(horizon, math.ceil(spec.forecast.horizon_seconds / step) * step)
-    try:
-        service = forecast_service(
-            spec.forecast,
-            # As the operator does: the windows' occurrences are the forecaster's events.
-            events=event_windows(windows, float(demand.start), float(demand.times()[-1]) + horizon),
-            horizon_seconds=horizon,
-            step_seconds=step,
-        )
-        policy = replace(
-            policy_from_spec(spec),
-            scale_down_requires_observation=args.scale_down_requires_observation,
-        )
-    except (SpecError, ValueError) as exc:
-        raise CliError(str(exc)) from None
-    return predictive_policy(
-        forecaster=service,
-        capacity=capacity,
-        policy=policy,
-        cold_start_seconds=args.cold_start_seconds,
-        windows=tuple(windows),
-        interval=args.decision_seconds,
-        objective=risk_objective(spec),
-        # As the operator: it reads spec.forecast.lookbackSeconds of history.
-        history_seconds=(
-            spec.forecast.lookback_seconds
-            if args.history_days is None
-            else args.history_days * 86400.0
-        ),
-    )

@@ -4,9 +4,16 @@ Errors::
 
     SourceError
     ├── PromQLError          a query is malformed: a spec problem (condition Invalid)
-    └── MetricsUnavailable   the server cannot answer: hold, never scale down
+    ├── MetricsUnavailable   the server cannot answer: hold, never scale down
+    └── EmptyHistory         a backtest's span holds no sample of the demand
 """
 
+from prescaler.sources._history import (
+    HISTORY_QUERIES,
+    DemandHistory,
+    EmptyHistory,
+    read_demand_history,
+)
 from prescaler.sources._profiles import (
     PROFILES,
     ROLE_DEMAND,
@@ -21,12 +28,16 @@ from prescaler.sources._prometheus import (
     PromQLError,
     Snapshot,
     SourceError,
+    secret_credentials,
 )
 
 __all__ = [
+    "HISTORY_QUERIES",
     "MAX_POINTS_PER_QUERY",
     "PROFILES",
     "ROLE_DEMAND",
+    "DemandHistory",
+    "EmptyHistory",
     "MetricsUnavailable",
     "PromQLError",
     "PrometheusSource",
@@ -34,5 +45,7 @@ __all__ = [
     "QueryName",
     "Snapshot",
     "SourceError",
+    "read_demand_history",
     "render_queries",
+    "secret_credentials",
 ]

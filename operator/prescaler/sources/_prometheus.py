@@ -191,6 +191,18 @@ def _checked(call: Any) -> Any:
     return result
 
 
+def secret_credentials(
+    name: str, secret: Mapping[str, str]
+) -> tuple[dict[str, str], tuple[str, str] | None]:
+    """The headers and basic auth a pool's ``authSecretRef`` Secret (decoded ``data``)
+    gives: key ``token`` is bearer auth, keys ``username`` and ``password`` basic auth."""
+    if "token" in secret:
+        return {"Authorization": f"Bearer {secret['token'].strip()}"}, None
+    if "username" in secret and "password" in secret:
+        return {}, (secret["username"], secret["password"])
+    raise ValueError(f"Secret {name} needs key token, or username and password")
+
+
 class PrometheusSource:
     """Reads one pool's queries from one Prometheus."""
 
