@@ -27,6 +27,7 @@ import yaml
 
 from cluster.faultproxy import FaultProxy
 from cluster.prometheus import Prometheus, VllmProfile, vllm_samples
+from integration.operator_fixtures import crd_fixture  # noqa: F401 (fixtures)
 from prescaler.cli import main
 
 pytestmark = [pytest.mark.prometheus]
@@ -262,3 +263,56 @@ def test_a_span_without_history_is_a_clear_error(
     err = capsys.readouterr().err
     assert "has no sample of the pool's demand" in err
     assert 'vllm:request_success_total{namespace="serving"}' in err
+
+
+@pytest.mark.cluster
+def test_a_pool_read_from_the_cluster_brings_its_cold_start_hpa_and_credentials(
+    prometheus: Prometheus,
+    span: tuple[float, float],
+    tmp_path: Path,
+    cluster: Any,
+    crd: None,
+    kube: Any,
+    namespace: str,
+) -> None:
+    from kubernetes import client
+
+    from prescaler.api import GROUP, PLURAL, VERSION
+
+    _, end = span
+    backfill(prometheus, end - 6 * 3600, minute_rates(360))
+    manifests = list(
+        yaml.safe_load_all(pool_file(tmp_path / "pool.yaml", prometheus.url).read_text())
+    )
+    pool, hpa = manifests
+    pool["metadata"]["namespace"] = hpa["metadata"]["namespace"] = namespace
+    pool["spec"]["forecast"]["prometheus"]["authSecretRef"] = {"name": "prom-auth"}
+    status = pool.pop("status")
+    core: Any = client.CoreV1Api(kube)
+    custom: Any = client.CustomObjectsApi(kube)
+    core.create_namespaced_secret(
+        namespace, {"metadata": {"name": "prom-auth"}, "stringData": {"token": "s3cret"}}
+    )
+    client.AutoscalingV2Api(kube).create_namespaced_horizontal_pod_autoscaler(namespace, hpa)
+    custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, pool)
+    custom.patch_namespaced_custom_object_status(
+        GROUP, VERSION, namespace, PLURAL, "llm", {"status": status}
+    )
+    (tmp_path / "pool.yaml").write_text(yaml.safe_dump_all([{**pool, "status": status}, hpa]))
+
+    flags = ["--prometheus", prometheus.url, "--days", "0.1", "--end", iso(end)]
+    from_cluster, cluster_tl = replay(
+        tmp_path, "cluster", *flags, "--pool", f"{namespace}/llm",
+        "--kubeconfig", str(cluster.kubeconfig),
+    )  # fmt: skip
+    from_file, file_tl = replay(
+        tmp_path, "file", *flags, "--pool-file", str(tmp_path / "pool.yaml"), "--token", "s3cret"
+    )
+
+    assert from_cluster["pool"] == f"{namespace}/llm"
+    assert from_cluster["history"]["credentials"] == "Secret prom-auth"
+    assert from_cluster["cold_start"]["seconds"] == COLD_START
+    assert from_cluster["hpa"]["target"] == pytest.approx(HPA_UTILIZATION / 100)
+    assert from_cluster["hpa"]["source"].startswith("HPA llm")
+    assert from_cluster["policies"] == from_file["policies"]
+    pd.testing.assert_frame_equal(cluster_tl, file_tl)

@@ -81,7 +81,17 @@ The timeline gains, per role, ``<role>_demand_tokens_per_s``, ``<role>_replica_t
 (in the role's own tokens), then ``<role>_<policy>_ready`` and ``<role>_<policy>_desired``.
 Degradation levels, plots and warm standby are the unified pool's only.
 
-The reported numbers and the benchmark command are in ``benchmarks/README.md``.
+A pool's own history (``--prometheus [URL]`` with ``--pool NAMESPACE/NAME`` or
+``--pool-file FILE``, ``--days N``): the pool's spec, read from the cluster or the file,
+is the predictive policy's and sizes the fleet; its demand is read per minute with the
+operator's queries and credentials (:mod:`prescaler.cli._prometheus_backtest`); the fleet
+starts in the pool's measured cold start and the reactive baseline runs at its HPA's
+target. The outputs are the trace replay's, and the JSON adds ``pool``, ``days``,
+``history`` (span, queries, gaps), ``cold_start`` and ``hpa``.
+
+Every replay runs :func:`prescaler.backtest.backtest`; this module turns flags into its
+inputs and writes what it returns. The reported numbers and the benchmark command are in
+``benchmarks/README.md``.
 """
 
 from __future__ import annotations
