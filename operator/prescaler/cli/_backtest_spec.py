@@ -124,19 +124,26 @@ def replay_options(
     )
 
 
+def key_values(spec: str, flag: str, known: set[str]) -> dict[str, str]:
+    """``key=value,key=value`` as a dict, refused (naming ``flag``) with another shape or
+    a key not ``known``."""
+    fields: dict[str, str] = {}
+    for part in spec.split(","):
+        if "=" not in part:
+            raise CliError(f"{flag}: expected key=value pairs, got {part!r}")
+        key, value = part.split("=", 1)
+        fields[key.strip()] = value.strip()
+    unknown = set(fields) - known
+    if unknown:
+        raise CliError(f"{flag}: unknown key(s) {', '.join(sorted(unknown))}")
+    return fields
+
+
 def _parse_span(spec: str) -> tuple[str, float, float]:
     """``name=...,start=ISO,end=ISO`` -> (name, start, end) in unix seconds (naive = UTC)."""
     import pandas as pd
 
-    fields: dict[str, str] = {}
-    for part in spec.split(","):
-        if "=" not in part:
-            raise CliError(f"--score-span: expected key=value pairs, got {part!r}")
-        key, value = part.split("=", 1)
-        fields[key.strip()] = value.strip()
-    unknown = set(fields) - {"name", "start", "end"}
-    if unknown:
-        raise CliError(f"--score-span: unknown key(s) {', '.join(sorted(unknown))}")
+    fields = key_values(spec, "--score-span", {"name", "start", "end"})
     if "start" not in fields or "end" not in fields:
         raise CliError("--score-span: needs start= and end=")
     try:

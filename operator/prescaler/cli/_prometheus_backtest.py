@@ -499,6 +499,14 @@ def _prepare(args: argparse.Namespace, pool: _Pool) -> History:
         ).with_replay_days(days)
     except ValueError as exc:
         raise CliError(f"--prometheus {url}: {pool.name}: {exc}") from None
+    held = len(demand) * STEP_SECONDS / 86400.0
+    if held < days + warmup / 86400.0 - 1e-9:
+        replayed = (len(demand) - demand.replay_from) * STEP_SECONDS / 86400.0
+        pool.notes = [
+            *(pool.notes or []),
+            f"Prometheus holds {held:.2f} of the {days + warmup / 86400.0:g} days asked for: "
+            f"{replayed:.2f} days replayed after {demand.replay_from} minutes of warm-up",
+        ]
     if not (demand.replay_tokens_per_s.max() > 0):
         raise CliError(f"--prometheus {url}: {pool.name}: no demand in the replayed days")
     cold = _cold_start(args, spec, pool)

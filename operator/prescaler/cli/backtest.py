@@ -124,6 +124,7 @@ from prescaler.cli._backtest_spec import (
     _default,
     _parse_span,
     _with_standby,
+    key_values,
     pool_spec,
     replay_options,
 )
@@ -465,16 +466,8 @@ def _parse_window(spec: str) -> Any:
 
     from prescaler.planning import ScheduledWindow
 
-    fields: dict[str, str] = {}
-    for part in spec.split(","):
-        if "=" not in part:
-            raise CliError(f"--window: expected key=value pairs, got {part!r}")
-        key, value = part.split("=", 1)
-        fields[key.strip()] = value.strip()
     known = {"name", "cron", "duration", "start", "end", "replicas", "rps", "lead", "tz"}
-    unknown = set(fields) - known
-    if unknown:
-        raise CliError(f"--window: unknown key(s) {', '.join(sorted(unknown))}")
+    fields = key_values(spec, "--window", known)
     try:
         return ScheduledWindow(
             name=fields.get("name", "window"),
