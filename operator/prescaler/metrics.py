@@ -8,6 +8,8 @@ from typing import get_args
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
+from prescaler.api import AgainstHpaStatus, AgainstHpaWindow
+from prescaler.backtest import WINDOWS
 from prescaler.capacity import Constraint
 from prescaler.planning import ForecastLike
 
@@ -16,6 +18,11 @@ CONSTRAINTS: tuple[Constraint, ...] = get_args(Constraint)
 """Every value of ``prescaler_driving_constraint``'s ``constraint`` label."""
 SCALE_DIRECTIONS = ("up", "down")
 """Every value of ``prescaler_scale_events_total``'s ``direction`` label."""
+AGAINST_HPA_WINDOWS = tuple(name for name, _ in WINDOWS)
+"""Every value of the ``window`` label of the ``prescaler_against_hpa_*`` gauges."""
+AGAINST_HPA_FLEETS = ("prescaler", "hpa")
+"""Every value of their ``fleet`` label: prescaler's fleet (in dry run its plan's) and the
+shadow HPA's."""
 _SECONDS = (0.01, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 120)
 
 
@@ -99,6 +106,49 @@ class Metrics:
         self.forecast_error = Gauge(
             "prescaler_forecast_error_ratio",
             "|observed - forecast mean| / observed for the step just measured",
+            _POOL,
+            registry=r,
+        )
+        self.against_hpa_gpu_hours = Gauge(
+            "prescaler_against_hpa_gpu_hours",
+            "GPU-hours over the rolling window (24h, 7d): prescaler's fleet and standby (in dry"
+            " run its plan's), and a shadow HPA's on the same demand",
+            (*_POOL, "window", "fleet"),
+            registry=r,
+        )
+        self.against_hpa_saved_gpu_hours = Gauge(
+            "prescaler_against_hpa_saved_gpu_hours",
+            "The shadow HPA's GPU-hours minus prescaler's over the rolling window",
+            (*_POOL, "window"),
+            registry=r,
+        )
+        self.against_hpa_unserved = Gauge(
+            "prescaler_against_hpa_unserved_ratio",
+            "Estimated share of the window's demand the fleet's ready replicas left unserved",
+            (*_POOL, "window", "fleet"),
+            registry=r,
+        )
+        self.against_hpa_short_minutes = Gauge(
+            "prescaler_against_hpa_short_minutes",
+            "Minutes in the window the fleet's ready capacity was below demand",
+            (*_POOL, "window", "fleet"),
+            registry=r,
+        )
+        self.against_hpa_observed_hours = Gauge(
+            "prescaler_against_hpa_observed_hours",
+            "Hours of the window observed and compared (the comparison's coverage)",
+            (*_POOL, "window"),
+            registry=r,
+        )
+        self.shadow_hpa_replicas = Gauge(
+            "prescaler_shadow_hpa_replicas",
+            "Replicas the shadow HPA would run now (starting or ready)",
+            _POOL,
+            registry=r,
+        )
+        self.shadow_hpa_ready_replicas = Gauge(
+            "prescaler_shadow_hpa_ready_replicas",
+            "Replicas of the shadow HPA that would be ready now",
             _POOL,
             registry=r,
         )
@@ -228,6 +278,60 @@ class Metrics:
             value = 1 if name == constraint else 0
             self.driving_constraint.labels(namespace, pool, name).set(value)
 
+    def set_against_hpa(self, namespace: str, pool: str, status: AgainstHpaStatus | None) -> None:
+        """The comparison with the shadow HPA (``status.againstHpa``); without one the
+        series are dropped."""
+        if status is None:
+            self._forget_against_hpa(namespace, pool)
+            return
+        windows: dict[str, AgainstHpaWindow | None] = {
+            "24h": status.last24_hours,
+            "7d": status.last7_days,
+        }
+        for name, window in windows.items():
+            if window is None:
+                continue
+            self.against_hpa_saved_gpu_hours.labels(namespace, pool, name).set(
+                window.saved_gpu_hours
+            )
+            self.against_hpa_observed_hours.labels(namespace, pool, name).set(window.observed_hours)
+            sides = {
+                "prescaler": (window.gpu_hours, window.unserved_fraction, window.short_minutes),
+                "hpa": (
+                    window.hpa_gpu_hours,
+                    window.hpa_unserved_fraction,
+                    window.hpa_short_minutes,
+                ),
+            }
+            for fleet, (gpu_hours, unserved, short) in sides.items():
+                labels = (namespace, pool, name, fleet)
+                self.against_hpa_gpu_hours.labels(*labels).set(gpu_hours)
+                self.against_hpa_short_minutes.labels(*labels).set(short)
+                self.against_hpa_unserved.labels(*labels).set(unserved or 0.0)
+        hpa = status.hpa
+        self.shadow_hpa_replicas.labels(namespace, pool).set(hpa.ready + len(hpa.starting))
+        self.shadow_hpa_ready_replicas.labels(namespace, pool).set(hpa.ready)
+
+    def _against_hpa_series(self) -> tuple[tuple[Gauge, tuple[tuple[str, ...], ...]], ...]:
+        """The comparison's gauges with the extra label values of each of their series."""
+        both = tuple((w, f) for w in AGAINST_HPA_WINDOWS for f in AGAINST_HPA_FLEETS)
+        windows = tuple((w,) for w in AGAINST_HPA_WINDOWS)
+        return (
+            (self.against_hpa_gpu_hours, both),
+            (self.against_hpa_unserved, both),
+            (self.against_hpa_short_minutes, both),
+            (self.against_hpa_saved_gpu_hours, windows),
+            (self.against_hpa_observed_hours, windows),
+            (self.shadow_hpa_replicas, ((),)),
+            (self.shadow_hpa_ready_replicas, ((),)),
+        )
+
+    def _forget_against_hpa(self, namespace: str, pool: str) -> None:
+        for gauge, extras in self._against_hpa_series():
+            for extra in extras:
+                with contextlib.suppress(KeyError):
+                    gauge.remove(namespace, pool, *extra)
+
     def _per_pool(self) -> tuple[Gauge | Counter, ...]:
         """Every metric labelled by pool."""
         return (
@@ -249,6 +353,7 @@ class Metrics:
             self.forecast_stale,
             self.forecast_age,
             self.last_reconcile,
+            *(gauge for gauge, _ in self._against_hpa_series()),
         )
 
     def forget(self, namespace: str, pool: str) -> None:
@@ -259,8 +364,11 @@ class Metrics:
         for direction in SCALE_DIRECTIONS:
             with contextlib.suppress(KeyError):
                 self.scale_events.remove(namespace, pool, direction)
+        self._forget_against_hpa(namespace, pool)
+        labelled = {self.driving_constraint, self.scale_events}
+        labelled.update(gauge for gauge, _ in self._against_hpa_series())
         for metric in self._per_pool():
-            if metric not in (self.driving_constraint, self.scale_events):
+            if metric not in labelled:
                 with contextlib.suppress(KeyError):
                     metric.remove(namespace, pool)
 

@@ -96,8 +96,11 @@ def test_identity_and_printer_columns() -> None:
         "Next window",
         "Bottleneck",
         "Roles",
+        "Saved vs HPA",
         "Age",
     ]
+    wide = [c["name"] for c in version["additionalPrinterColumns"] if c.get("priority", 0) > 0]
+    assert wide == ["Saved vs HPA"]  # kubectl get -o wide
 
 
 def test_validation_rules_reach_the_schema() -> None:

@@ -9,19 +9,15 @@ from __future__ import annotations
 
 import copy
 import json
-import re
-from collections.abc import Iterator
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import promql_parser as pp
 import pytest
 from prometheus_client.metrics import MetricWrapperBase
 
+from cluster.grafana import DASHBOARD, LABEL_VALUES, MACROS, panels, queries
 from prescaler.metrics import Metrics
 
-DASHBOARD = Path(__file__).resolve().parents[2] / "charts/prescaler/dashboards/prescaler.json"
 DATASOURCE = {"type": "prometheus", "uid": "${datasource}"}
 POOL_SCOPE = {"namespace": "$namespace", "pool": "$pool"}
 
@@ -36,10 +32,6 @@ _SUFFIXES = {
     "enum": ("",),
     "gaugehistogram": ("_bucket", "_gsum", "_gcount"),
 }
-# Grafana's interval macros stand where PromQL wants a duration.
-_MACROS = re.compile(r"\$__(rate_interval|interval|range)\b|\$\{__(rate_interval|interval|range)\}")
-_LABEL_VALUES = re.compile(r"^\s*label_values\((?:(?P<expr>.+),)?\s*(?P<label>\w+)\s*\)\s*$", re.S)
-_QUERY_RESULT = re.compile(r"^\s*query_result\((?P<expr>.+)\)\s*$", re.S)
 
 
 # ---------------------------------------------------------------------- what is exported
@@ -61,44 +53,6 @@ def exported_metrics(metrics: Metrics) -> dict[str, tuple[str, ...]]:
 
 
 # ---------------------------------------------------------------------- what is queried
-@dataclass(frozen=True)
-class Query:
-    where: str
-    """Panel, variable or annotation, for the failure message."""
-    expr: str
-
-
-def panels(dashboard: dict[str, Any]) -> Iterator[dict[str, Any]]:
-    """Every panel, including those inside collapsed rows."""
-    for panel in dashboard.get("panels", []):
-        yield panel
-        yield from panel.get("panels", [])
-
-
-def queries(dashboard: dict[str, Any]) -> Iterator[Query]:
-    """Every PromQL in panels, variables and annotations (variable functions unwrapped)."""
-    for panel in panels(dashboard):
-        for target in panel.get("targets", []):
-            if target.get("expr"):
-                yield Query(f"panel {panel.get('title')!r} {target.get('refId')}", target["expr"])
-    for variable in dashboard.get("templating", {}).get("list", []):
-        if variable.get("type") != "query":
-            continue
-        query = variable.get("query")
-        text = query.get("query", "") if isinstance(query, dict) else str(query or "")
-        where = f"variable {variable.get('name')!r}"
-        if m := _LABEL_VALUES.match(text):
-            if m.group("expr"):
-                yield Query(where, m.group("expr"))
-        elif m := _QUERY_RESULT.match(text):
-            yield Query(where, m.group("expr"))
-        else:
-            yield Query(where, text)
-    for annotation in dashboard.get("annotations", {}).get("list", []):
-        if annotation.get("expr"):
-            yield Query(f"annotation {annotation.get('name')!r}", annotation["expr"])
-
-
 def selectors(expr: str) -> list[pp.VectorSelector]:
     """The vector selectors of a Grafana PromQL query (``$__rate_interval`` and friends
     become a duration; any other ``$variable`` must sit inside a label value's string)."""
@@ -108,7 +62,7 @@ def selectors(expr: str) -> list[pp.VectorSelector]:
         if isinstance(node, pp.VectorSelector):
             found.append(node)
 
-    pp.walk(pp.parse(_MACROS.sub("5m", expr)), visit)
+    pp.walk(pp.parse(MACROS.sub("5m", expr)), visit)
     return found
 
 
@@ -191,6 +145,11 @@ def test_the_panels_the_dashboard_promises_read_their_metrics(dashboard: dict[st
         "prescaler_forecast_stale",
         "prescaler_forecast_age_seconds",
         "prescaler_reconcile_errors_total",
+        "prescaler_against_hpa_gpu_hours",  # the row "Against an HPA"
+        "prescaler_against_hpa_saved_gpu_hours",
+        "prescaler_against_hpa_unserved_ratio",
+        "prescaler_against_hpa_short_minutes",
+        "prescaler_shadow_hpa_replicas",
     }
     assert promised <= read
     annotations = [q for q in queries(dashboard) if q.where.startswith("annotation")]
@@ -243,7 +202,7 @@ def test_variables_pick_the_datasource_then_namespace_then_pool(dashboard: dict[
     assert variables["datasource"]["query"] == "prometheus"
     pool = variables["pool"]
     assert pool["datasource"] == DATASOURCE
-    match = _LABEL_VALUES.match(pool["query"]["query"])
+    match = LABEL_VALUES.match(pool["query"]["query"])
     assert match is not None
     assert match.group("label") == "pool"
     assert not pool["multi"], "queries filter on one pool"

@@ -33,6 +33,9 @@ class FakeKube:
     async def get_workload(self, namespace: str, kind: str, name: str) -> Workload:
         return self.workloads[name]
 
+    async def list_hpas(self, namespace: str) -> list[Any]:
+        return []
+
     async def patch_scale(self, namespace: str, kind: str, name: str, replicas: int) -> None:
         self.scales.append((name, replicas))
         self.set_by(name, FIELD_MANAGER, replicas)

@@ -41,6 +41,9 @@ class FakeKube:
     async def get_workload(self, namespace: str, kind: str, name: str) -> Workload:
         return self.workload
 
+    async def list_hpas(self, namespace: str) -> list[Hpa]:
+        return []
+
     async def get_hpa(self, namespace: str, name: str) -> Hpa:
         assert self.hpa is not None
         return self.hpa

@@ -124,6 +124,9 @@ class FakeKube:
     async def get_workload(self, namespace: str, kind: str, name: str) -> Workload:
         return self.workload
 
+    async def list_hpas(self, namespace: str) -> list[Any]:
+        return []
+
     async def patch_scale(self, namespace: str, kind: str, name: str, replicas: int) -> None:
         w = self.workload
         self.workload = Workload(w.kind, w.name, replicas, w.ready_replicas, w.selector)

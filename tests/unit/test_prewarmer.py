@@ -71,6 +71,9 @@ class FakeKube:
     async def get_workload(self, namespace: str, kind: str, name: str) -> Workload:
         return Workload(kind, name, 2, 2, "app=llm", self.template)
 
+    async def list_hpas(self, namespace: str) -> list[Any]:
+        return []
+
     async def list_pod_starts(self, namespace: str, selector: str) -> list[PodStart]:
         return []
 

@@ -33,6 +33,9 @@ class FakeKube:
         except KeyError:
             raise NotFound(f"{kind} {name}", 404) from None
 
+    async def list_hpas(self, namespace: str) -> list[Hpa]:
+        return list(self.hpas.values())
+
     async def patch_scale(self, namespace: str, kind: str, name: str, replicas: int) -> None:
         self.calls.append(("scale", kind, name, replicas))
         w = self.workloads[(kind, name)]

@@ -340,6 +340,129 @@ class RiskStatus(WireModel):
     what is known now plus this, so it is additive on a low base."""
 
 
+class AgainstHpaHour(WireModel):
+    """One hour of the comparison with the shadow HPA (the counters a restarted operator
+    goes on from). Demand counts requests (a role's tokens)."""
+
+    start: float
+    """The hour's first second (unix seconds)."""
+    seconds: float = 0.0
+    """Seconds observed and scored in the hour."""
+    demand: float = 0.0
+    """Demand that arrived."""
+    gpu_hours: float = 0.0
+    """Prescaler's GPU-hours, standby included."""
+    standby_gpu_hours: float = 0.0
+    """The standby part of ``gpuHours``."""
+    unserved: float = 0.0
+    """Demand prescaler's ready replicas did not serve in the step it arrived."""
+    short_minutes: int = 0
+    """Minutes prescaler's ready capacity was below demand in some step."""
+    hpa_gpu_hours: float = 0.0
+    """The shadow HPA's GPU-hours."""
+    hpa_unserved: float = 0.0
+    """Demand the shadow HPA's ready replicas did not serve in the step it arrived."""
+    hpa_short_minutes: int = 0
+    """Minutes the shadow HPA's ready capacity was below demand in some step."""
+
+
+class AgainstHpaWindow(WireModel):
+    """Prescaler against the shadow HPA over one rolling window."""
+
+    observed_hours: float
+    """Hours observed and scored in the window: the comparison's coverage."""
+    gpu_hours: float
+    """Prescaler's GPU-hours (its fleet, or in dry run its plan's, plus standby)."""
+    standby_gpu_hours: float
+    """The standby part of ``gpuHours``."""
+    hpa_gpu_hours: float
+    """The shadow HPA's GPU-hours."""
+    saved_gpu_hours: float
+    """``hpaGpuHours - gpuHours`` (negative: prescaler used more)."""
+    saved_percent: float | None = None
+    """``savedGpuHours`` as a percentage of ``hpaGpuHours``."""
+    unserved_fraction: float | None = None
+    """Share of the window's demand prescaler left unserved (estimated)."""
+    hpa_unserved_fraction: float | None = None
+    """Share of the window's demand the shadow HPA would have left unserved (estimated)."""
+    short_minutes: int = 0
+    """Minutes prescaler was short of demand."""
+    hpa_short_minutes: int = 0
+    """Minutes the shadow HPA would have been short of demand."""
+
+
+class HpaRecommendation(WireModel):
+    """One raw recommendation in the shadow HPA's scale-down stabilization window."""
+
+    at: float
+    """The sync's time (unix seconds)."""
+    replicas: int
+    """What it recommended."""
+
+
+class ShadowFleetStatus(WireModel):
+    """A simulated fleet: its ready replicas and when the starting ones become ready."""
+
+    ready: int = 0
+    """Ready replicas."""
+    starting: list[float] = Field(default_factory=list, max_length=1000)
+    """When each starting replica becomes ready (unix seconds)."""
+
+
+class ShadowHpaStatus(ShadowFleetStatus):
+    """The shadow HPA: the backtest's reactive policy (Kubernetes' HPA algorithm) run on
+    the pool's observed demand with its measured cold start."""
+
+    target: float = 0.7
+    """The target utilization it scales to."""
+    target_from: str = Field(default="default", max_length=320)
+    """Where the target comes from: ``HorizontalPodAutoscaler/<name>`` (an HPA on the same
+    target, its utilization target), or ``default`` (the backtest's 0.7)."""
+    replica_capacity: float | None = None
+    """What one replica serves, in the demand's unit (requests/s, a role's tokens/s)."""
+    cold_start_seconds: float | None = None
+    """The cold start its replicas take (the pool's measured cold start)."""
+    recommendations: list[HpaRecommendation] = Field(default_factory=list, max_length=64)
+    """Its scale-down stabilization window."""
+    metric_ready: list[int] = Field(default_factory=list, max_length=8)
+    """Its ready replicas at the last syncs (the pods its lagging metric came from)."""
+
+
+class AgainstHpaStatus(WireModel):
+    """What prescaler saved against a reactive HPA on the same demand, live: GPU-hours,
+    demand left unserved and minutes short, over the last 24 hours and 7 days. Estimates:
+    the demand is what reached the real fleet (served plus the queue's growth where it was
+    saturated). Kept here so a restarted or failed-over operator goes on counting."""
+
+    basis: Literal["fleet", "plan"] = "fleet"
+    """Prescaler's side: its real fleet, or in dry run its plan's fleet, simulated with the
+    same cold start as the shadow's."""
+    summary: str = Field(default="", max_length=128)
+    """One line for ``kubectl get -o wide``: GPU-hours saved in the last 24 hours."""
+    last24_hours: AgainstHpaWindow | None = None
+    """The last 24 hours."""
+    last7_days: AgainstHpaWindow | None = None
+    """The last 7 days."""
+    hpa: ShadowHpaStatus = Field(default_factory=ShadowHpaStatus)
+    """The shadow HPA now."""
+    plan_fleet: ShadowFleetStatus | None = None
+    """Dry run: the plan's simulated fleet."""
+    clock: float | None = None
+    """The shadow's last sync (unix seconds)."""
+    queue: float = 0.0
+    """Prescaler's estimated queue (demand units)."""
+    hpa_queue: float = 0.0
+    """The shadow HPA's estimated queue."""
+    minute: float | None = None
+    """The minute being counted (unix seconds)."""
+    short: bool = False
+    """Prescaler was short in ``minute`` so far."""
+    hpa_short: bool = False
+    """The shadow HPA was short in ``minute`` so far."""
+    hours: list[AgainstHpaHour] = Field(default_factory=list, max_length=170)
+    """Hourly counters of the last 7 days, oldest first."""
+
+
 class FleetStatus(WireModel):
     """Observed state of one fleet: a unified pool, or one role of a disaggregated pool."""
 
@@ -373,6 +496,8 @@ class FleetStatus(WireModel):
     """The cold start in use."""
     risk: RiskStatus | None = None
     """The peak risk model's margin and calibration (pools with ``spec.forecast``)."""
+    against_hpa: AgainstHpaStatus | None = None
+    """Prescaler against a shadow HPA on the same demand (pools with ``spec.forecast``)."""
     next_window: WindowStatus | None = None
     """The scheduled window in progress or next."""
     standby: StandbyStatus | None = None

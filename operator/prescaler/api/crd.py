@@ -48,6 +48,13 @@ PRINTER_COLUMNS: list[dict[str, Any]] = [
         "jsonPath": ".status.roleSummary",
         "description": "Disaggregated pools: each role's ready/desired replicas and bottleneck",
     },
+    {
+        "name": "Saved vs HPA",
+        "type": "string",
+        "jsonPath": ".status.againstHpa.summary",
+        "description": "GPU-hours saved against a shadow HPA on the same demand, last 24 hours",
+        "priority": 1,
+    },
     {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
 ]
 

@@ -12,6 +12,8 @@ Module map:
 * ``_levels``   - each fleet's degradation levels (the operator's assessment) and how early
   the forecast warned before the queue
 * ``_report``   - several policies at once, JSON, CSV and plots
+* ``_shadow``   - the operator's shadow HPA: the reactive policy driven step by step by
+  live observations, and its hourly comparison with prescaler's fleet
 * ``_roles``    - a disaggregated fleet: both roles' replays scored as one, and the
   time-shared unified replica it is compared with
 * ``_run``      - the entry point: a pool's spec, a demand and policy names to a result
@@ -80,6 +82,17 @@ from prescaler.backtest._run import (
     standby_max_replicas,
     with_standby,
 )
+from prescaler.backtest._shadow import (
+    WINDOWS,
+    Comparison,
+    Hour,
+    Observed,
+    ShadowFleet,
+    ShadowSetup,
+    ShadowState,
+    compare,
+    shadow_step,
+)
 from prescaler.backtest._simulate import (
     FleetConfig,
     FleetSignals,
@@ -100,8 +113,10 @@ __all__ = [
     "SMOOTHED_ORACLE_K",
     "SMOOTHED_WINDOW_MINUTES",
     "WARM_START_SECONDS",
+    "WINDOWS",
     "Backtest",
     "BacktestResult",
+    "Comparison",
     "DegradationRun",
     "DegradationSetup",
     "Demand",
@@ -111,8 +126,10 @@ __all__ = [
     "FleetConfig",
     "FleetSignals",
     "Forecaster",
+    "Hour",
     "LeadStats",
     "Observation",
+    "Observed",
     "OraclePolicy",
     "PersistencePolicy",
     "Policy",
@@ -123,6 +140,9 @@ __all__ = [
     "ReplayOptions",
     "ScheduleOnlyPolicy",
     "Score",
+    "ShadowFleet",
+    "ShadowSetup",
+    "ShadowState",
     "SmoothedOraclePolicy",
     "assess_fleet",
     "backtest",
@@ -130,6 +150,7 @@ __all__ = [
     "build_policies",
     "check_policies",
     "cold_start_steps",
+    "compare",
     "degradation_setup",
     "demand_from_trace",
     "fluid_queue",
@@ -146,6 +167,7 @@ __all__ = [
     "role_demand",
     "run_backtest",
     "score",
+    "shadow_step",
     "short_of",
     "simulate",
     "smoothed_demand",

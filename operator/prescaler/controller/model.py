@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from prescaler.api import API_VERSION, KIND, ColdStartStatus, SelectionStatus
-from prescaler.kube import FieldWriter, ObjectRef, PodStart, Workload
+from prescaler.kube import FieldWriter, Hpa, ObjectRef, PodStart, Workload
 from prescaler.sources import Snapshot
 from prescaler_forecast import Forecast
 
@@ -54,6 +54,9 @@ class Gathered:
     """Since when demand has been zero or absent, as witnessed (see ``status.idle_since``)."""
     current_writer: FieldWriter | None = None
     """Who last wrote ``current_replicas`` on the target (``managedFields``)."""
+    hpa: Hpa | None = None
+    """An HPA on the pool's target (in ``hpaFloor`` mode, the target itself), if any: the
+    shadow HPA scales to its utilization target."""
 
 
 @dataclass(frozen=True, slots=True, order=True)

@@ -56,6 +56,7 @@ from prescaler.controller.status import (
     forecast_error,
     idle_since,
     invalid_status,
+    learn_against_hpa,
     learn_cold_start,
     learn_risk,
     parse_rfc3339,
@@ -76,6 +77,7 @@ from prescaler.kube import (
     ROLE_PLACEHOLDER,
     ROLE_PRE_PULL,
     ROLE_PROMOTED,
+    Hpa,
     KubeApi,
     KubeError,
     NotFound,
@@ -276,6 +278,13 @@ class Reconciler:
                 "risk": (
                     risk_status(remember_plan(risk, decision), sizing) if risk is not None else None
                 ),
+                "against_hpa": (
+                    learn_against_hpa(
+                        previous.against_hpa, spec, gathered, capacity, decision, standby, now
+                    )
+                    if spec.forecast is not None
+                    else None
+                ),
             }
         )
         status = external.record(status, spec, examined, change, decision, now, pool.generation)
@@ -284,6 +293,9 @@ class Reconciler:
         if not spec.dry_run:
             await self._capacity_event(pool, role, previous, status)
         self._observe(pool, role, decision, gathered, capacity, previous)
+        self.metrics.set_against_hpa(
+            pool.namespace, fleet_label(pool.name, role), status.against_hpa
+        )
         return status, assessment
 
     # ------------------------------------------------------------------ gather
@@ -310,10 +322,12 @@ class Reconciler:
                 workload = await self.kube.get_workload(ns, hpa.target_kind, hpa.target_name)
                 current = hpa.min_replicas
                 writer = hpa.min_replicas_writer
+                scaler: Hpa | None = hpa
             else:
                 workload = await self.kube.get_workload(ns, target.kind, target.name)
                 current = workload.replicas
                 writer = workload.replicas_writer
+                scaler = await self._hpa_on(ns, workload) if spec.forecast is not None else None
         except NotFound as exc:
             raise InvalidPool("TargetNotFound", f"target not found: {exc}") from None
 
@@ -360,7 +374,20 @@ class Reconciler:
             hot_pods=tuple(hot_pods),
             idle_since=idle,
             current_writer=writer,
+            hpa=scaler,
         )
+
+    async def _hpa_on(self, namespace: str, workload: Workload) -> Hpa | None:
+        """An HPA that scales ``workload`` (the one a team runs today, whose target the
+        shadow HPA takes), if any. Unreadable HPAs leave the shadow at its default."""
+        try:
+            hpas = await self.kube.list_hpas(namespace)
+        except KubeError:
+            return None
+        found = [
+            h for h in hpas if (h.target_kind, h.target_name) == (workload.kind, workload.name)
+        ]
+        return min(found, key=lambda h: h.name) if found else None
 
     async def _source(
         self, pool: PoolObject, role: Role | None, spec: InferencePoolSpec

@@ -14,6 +14,9 @@ from typing import Any, Literal
 from prescaler.api import (
     CONDITION_TYPES,
     MAX_FORECAST_POINTS,
+    AgainstHpaHour,
+    AgainstHpaStatus,
+    AgainstHpaWindow,
     ColdStartSpec,
     ColdStartStatus,
     Condition,
@@ -22,6 +25,7 @@ from prescaler.api import (
     FleetStatus,
     ForecastPoint,
     ForecastStatus,
+    HpaRecommendation,
     InferencePoolSpec,
     InferencePoolStatus,
     LookaheadStatus,
@@ -30,13 +34,27 @@ from prescaler.api import (
     RiskStatus,
     RolesStatus,
     SelectionStatus,
+    ShadowFleetStatus,
+    ShadowHpaStatus,
     StandbyPartStatus,
     StandbyStatus,
     WindowStatus,
 )
+from prescaler.backtest import (
+    WINDOWS,
+    Comparison,
+    Hour,
+    Observed,
+    ReactivePolicy,
+    ShadowFleet,
+    ShadowSetup,
+    ShadowState,
+    compare,
+    shadow_step,
+)
 from prescaler.capacity import ROLES, CapacityModel, Role
 from prescaler.controller.model import Gathered
-from prescaler.kube import PodStart, Workload
+from prescaler.kube import ROLE_PROMOTED, Hpa, PodStart, Workload
 from prescaler.planning import (
     LOG_BINS,
     ForecastLike,
@@ -213,16 +231,25 @@ def learn_risk(
     replicas serve, with the queue ahead (requests, counted in the demand's unit: a
     role's tokens). Missing data adds nothing."""
     risk = peak_risk(previous)
-    if snapshot is None or snapshot.demand is None:
+    arriving = arriving_demand(snapshot, capacity)
+    if snapshot is None or arriving is None:
         return risk
     per = capacity.unit.per_request
-    arriving = snapshot.demand
-    growth = snapshot.waiting_growth_per_second
-    if growth is not None and math.isfinite(growth):
-        arriving = max(0.0, arriving + growth * per)
     waiting = snapshot.waiting * per if snapshot.waiting is not None else None
     ready = ready_replicas * capacity.replica_requests_per_second
     return observe_risk(risk, objective, now, arriving, ready, waiting)
+
+
+def arriving_demand(snapshot: Snapshot | None, capacity: CapacityModel) -> float | None:
+    """What arrives, in the plan's unit: served plus the queue's growth (a saturated
+    fleet's served rate hides the demand beyond it); ``None`` when unknown."""
+    if snapshot is None or snapshot.demand is None:
+        return None
+    arriving = snapshot.demand
+    growth = snapshot.waiting_growth_per_second
+    if growth is not None and math.isfinite(growth):
+        arriving = max(0.0, arriving + growth * capacity.unit.per_request)
+    return arriving
 
 
 def risk_status(risk: PeakRisk, sizing: RiskSizing | None) -> RiskStatus:
@@ -242,6 +269,153 @@ def risk_status(risk: PeakRisk, sizing: RiskSizing | None) -> RiskStatus:
         observed_at=risk.observed_at,
         mean_demand=None if risk.mean_demand is None else round(risk.mean_demand, 6),
     )
+
+
+# ---------------------------------------------------------------------- against an HPA
+def shadow_setup(
+    spec: InferencePoolSpec, capacity: CapacityModel, cold_start_seconds: float, hpa: Hpa | None
+) -> tuple[ShadowSetup, str]:
+    """The shadow HPA's fleet (the pool's bounds, capacity and cold start) and its target:
+    an HPA's on the same target (``Hpa.target_utilization``), else the reactive
+    baseline's; returns it with where the target came from."""
+    target, source = ReactivePolicy.target, "default"
+    if hpa is not None and hpa.target_utilization is not None:
+        target, source = hpa.target_utilization, f"HorizontalPodAutoscaler/{hpa.name}"
+    setup = ShadowSetup(
+        replica_capacity=capacity.replica_requests_per_second,
+        min_replicas=spec.min_replicas,
+        max_replicas=max(spec.max_replicas, spec.min_replicas, 1),
+        cold_start_seconds=cold_start_seconds,
+        gpus_per_replica=spec.model.gpus_per_replica,
+        target=target,
+    )
+    return setup, source
+
+
+def shadow_observed(
+    spec: InferencePoolSpec,
+    gathered: Gathered,
+    capacity: CapacityModel,
+    decision: ScalePlan,
+    standby: StandbyStatus | None,
+    now: float,
+) -> Observed:
+    """What this reconcile saw, for the comparison: the arriving demand and the fleet that
+    served it (promoted hot standby pods serve too; placeholders and hot standby hold
+    GPUs). In dry run the plan stands in for the fleet."""
+    promoted = sum(1 for p in gathered.hot_pods if p.role == ROLE_PROMOTED and p.ready)
+    held = 0
+    if standby is not None:
+        held = sum(part.desired for part in (standby.placeholders, standby.hot) if part)
+    workload = gathered.workload
+    return Observed(
+        now=now,
+        demand=arriving_demand(gathered.snapshot, capacity),
+        ready=workload.ready_replicas + promoted,
+        existing=max(workload.replicas, workload.ready_replicas) + promoted,
+        standby=held,
+        planned=decision.desired_replicas if spec.dry_run else None,
+        planned_standby=decision.standby_replicas + spec.standby.hot.replicas,
+    )
+
+
+def shadow_state(previous: AgainstHpaStatus | None) -> ShadowState:
+    """The comparison's state from the last status (none: it starts afresh)."""
+    if previous is None:
+        return ShadowState()
+    hpa = previous.hpa
+    plan = previous.plan_fleet
+    return ShadowState(
+        clock=previous.clock,
+        hpa=ShadowFleet(hpa.ready, tuple(sorted(hpa.starting))),
+        planned=None if plan is None else ShadowFleet(plan.ready, tuple(sorted(plan.starting))),
+        recommendations=tuple((r.at, r.replicas) for r in hpa.recommendations),
+        metric_ready=tuple(hpa.metric_ready),
+        queue=previous.queue,
+        hpa_queue=previous.hpa_queue,
+        minute=previous.minute,
+        short=previous.short,
+        hpa_short=previous.hpa_short,
+        hours=tuple(Hour(**h.model_dump()) for h in sorted(previous.hours, key=lambda h: h.start)),
+    )
+
+
+def against_hpa_status(
+    state: ShadowState, setup: ShadowSetup, target_from: str, now: float
+) -> AgainstHpaStatus:
+    """The comparison as the status keeps it: the rolling windows, the shadow's state and
+    the hourly counters (rounded: it is written every reconcile)."""
+    windows = {name: window_status(compare(state, now, name, span)) for name, span in WINDOWS}
+    day = windows["24h"]
+    summary = f"{day.saved_gpu_hours:.1f} GPU-h"
+    if day.saved_percent is not None:
+        summary += f" ({day.saved_percent:.0f}%)"
+
+    def fleet(f: ShadowFleet) -> dict[str, Any]:
+        return {"ready": f.ready, "starting": [round(t, 3) for t in f.starting]}
+
+    return AgainstHpaStatus(
+        basis="plan" if state.planned is not None else "fleet",
+        summary=summary,
+        last24_hours=day,
+        last7_days=windows["7d"],
+        hpa=ShadowHpaStatus(
+            **fleet(state.hpa),
+            target=setup.target,
+            target_from=target_from,
+            replica_capacity=round(setup.replica_capacity, 6),
+            cold_start_seconds=setup.cold_start_seconds,
+            recommendations=[HpaRecommendation(at=t, replicas=r) for t, r in state.recommendations],
+            metric_ready=list(state.metric_ready),
+        ),
+        plan_fleet=None if state.planned is None else ShadowFleetStatus(**fleet(state.planned)),
+        clock=state.clock,
+        queue=round(state.queue, 6),
+        hpa_queue=round(state.hpa_queue, 6),
+        minute=state.minute,
+        short=state.short,
+        hpa_short=state.hpa_short,
+        hours=[
+            AgainstHpaHour(
+                **{k: round(v, 6) if isinstance(v, float) else v for k, v in asdict(h).items()}
+            )
+            for h in state.hours
+        ],
+    )
+
+
+def window_status(c: Comparison) -> AgainstHpaWindow:
+    """One rolling window of the comparison, rounded for the status."""
+    saved = c.saved_fraction
+    return AgainstHpaWindow(
+        observed_hours=round(c.observed_hours, 4),
+        gpu_hours=round(c.gpu_hours, 4),
+        standby_gpu_hours=round(c.standby_gpu_hours, 4),
+        hpa_gpu_hours=round(c.hpa_gpu_hours, 4),
+        saved_gpu_hours=round(c.saved_gpu_hours, 4),
+        saved_percent=None if saved is None else round(100 * saved, 2),
+        unserved_fraction=_round(c.unserved_fraction, 6),
+        hpa_unserved_fraction=_round(c.hpa_unserved_fraction, 6),
+        short_minutes=c.short_minutes,
+        hpa_short_minutes=c.hpa_short_minutes,
+    )
+
+
+def learn_against_hpa(
+    previous: AgainstHpaStatus | None,
+    spec: InferencePoolSpec,
+    gathered: Gathered,
+    capacity: CapacityModel,
+    decision: ScalePlan,
+    standby: StandbyStatus | None,
+    now: float,
+) -> AgainstHpaStatus:
+    """The comparison with a shadow HPA after this reconcile (see
+    :mod:`prescaler.backtest._shadow`): the last status's counters, one more observation."""
+    setup, target_from = shadow_setup(spec, capacity, gathered.cold_start.seconds, gathered.hpa)
+    seen = shadow_observed(spec, gathered, capacity, decision, standby, now)
+    state = shadow_step(shadow_state(previous), setup, seen)
+    return against_hpa_status(state, setup, target_from, now)
 
 
 def idle_since(
@@ -668,7 +842,7 @@ def invalid_status(
     return previous.model_copy(update={"conditions": conditions, "observed_generation": generation})
 
 
-def _round(value: float | None) -> float | None:
+def _round(value: float | None, digits: int = 4) -> float | None:
     if value is None or not math.isfinite(value):
         return None
-    return round(value, 4)
+    return round(value, digits)

@@ -136,6 +136,45 @@ def pod_start(pod: Mapping[str, Any]) -> PodStart:
     )
 
 
+def hpa_from(obj: dict[str, Any]) -> Hpa:
+    """An HPA object as scaling sees it: bounds, scale target and utilization target."""
+    meta, spec, status = obj.get("metadata", {}), obj.get("spec", {}), obj.get("status", {})
+    ref = spec.get("scaleTargetRef", {})
+    return Hpa(
+        name=meta.get("name", ""),
+        min_replicas=int(spec.get("minReplicas", 1)),
+        max_replicas=int(spec.get("maxReplicas", 1)),
+        current_replicas=int(status.get("currentReplicas") or 0),
+        target_kind=ref.get("kind", ""),
+        target_name=ref.get("name", ""),
+        min_replicas_writer=field_writer(obj, ("spec", "minReplicas")),
+        target_utilization=_utilization(spec.get("metrics")),
+    )
+
+
+def _utilization(metrics: Any) -> float | None:
+    """The HPA's target as a share of a replica's capacity, read as ``prescaler backtest
+    --prometheus`` reads it: a ``Resource``/``ContainerResource`` ``averageUtilization``
+    (percent), or a ``Pods``/``Object``/``External`` target of at most 1 (a usage ratio);
+    with several metrics the lowest (the HPA follows the one asking for most replicas).
+    ``None``: no metrics, or targets in other units."""
+    shares: list[float] = []
+    for metric in metrics or []:
+        kind = str((metric or {}).get("type", ""))
+        target = ((metric or {}).get(kind[:1].lower() + kind[1:]) or {}).get("target") or {}
+        percent = target.get("averageUtilization")
+        if isinstance(percent, int | float) and percent > 0:
+            shares.append(percent / 100.0)
+            continue
+        value = str(target.get("averageValue", target.get("value", "")))
+        milli = value.endswith("m")  # a Kubernetes quantity: 500m is 0.5
+        with contextlib.suppress(ValueError):
+            share = float(value[:-1]) / 1000 if milli else float(value)
+            if 0 < share <= 1:
+                shares.append(share)
+    return min(shares) if shares else None
+
+
 class KubeApi(Protocol):
     """What the reconcile pipeline needs from Kubernetes (a fake implements it in tests)."""
 
@@ -143,6 +182,7 @@ class KubeApi(Protocol):
     async def patch_scale(self, namespace: str, kind: str, name: str, replicas: int) -> None: ...
     async def get_hpa(self, namespace: str, name: str) -> Hpa: ...
     async def patch_hpa_min(self, namespace: str, name: str, min_replicas: int) -> None: ...
+    async def list_hpas(self, namespace: str) -> list[Hpa]: ...
     async def list_pod_starts(self, namespace: str, selector: str) -> list[PodStart]: ...
     async def patch_pod(self, namespace: str, name: str, patch: dict[str, Any]) -> None: ...
     async def patch_pod_status(self, namespace: str, name: str, patch: dict[str, Any]) -> None: ...
@@ -299,17 +339,13 @@ class KubeClient:
         obj = await self._call(
             self.autoscaling.read_namespaced_horizontal_pod_autoscaler, name, namespace
         )
-        spec, status = obj.get("spec", {}), obj.get("status", {})
-        ref = spec.get("scaleTargetRef", {})
-        return Hpa(
-            name=name,
-            min_replicas=int(spec.get("minReplicas", 1)),
-            max_replicas=int(spec.get("maxReplicas", 1)),
-            current_replicas=int(status.get("currentReplicas") or 0),
-            target_kind=ref.get("kind", ""),
-            target_name=ref.get("name", ""),
-            min_replicas_writer=field_writer(obj, ("spec", "minReplicas")),
+        return hpa_from(obj)
+
+    async def list_hpas(self, namespace: str) -> list[Hpa]:
+        listing = await self._call(
+            self.autoscaling.list_namespaced_horizontal_pod_autoscaler, namespace
         )
+        return [hpa_from(obj) for obj in listing.get("items") or []]
 
     async def patch_hpa_min(self, namespace: str, name: str, min_replicas: int) -> None:
         await self._call(

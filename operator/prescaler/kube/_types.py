@@ -79,6 +79,9 @@ class Hpa:
     target_name: str
     min_replicas_writer: FieldWriter | None = None
     """Who last wrote ``spec.minReplicas`` (``None``: not recorded)."""
+    target_utilization: float | None = None
+    """Its target as a share of a replica's capacity (``averageUtilization: 70``: 0.7; the
+    lowest of several); ``None`` when it has none that reads as a share."""
 
 
 @dataclass(frozen=True, slots=True)
