@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from prescaler.controller.model import ForecastResult, PoolObject
 from prescaler.controller.reconcile import Reconciler
@@ -210,3 +210,26 @@ def test_a_window_drives_as_schedule_and_no_forecast_means_no_band() -> None:
     pool = {"namespace": "ns", "pool": "pool"}
     assert _value(metrics, "prescaler_forecast_mean_requests_per_second", **pool) is None
     assert _value(metrics, "prescaler_forecast_upper_requests_per_second", **pool) is None
+
+
+def test_every_invalid_reason_has_an_error_series_from_the_start() -> None:
+    """The dashboard's reconcile errors panel shows zeros, not nothing, before any error;
+    every reason the controller raises is declared."""
+    import re
+    from pathlib import Path
+
+    from prescaler.controller import reconcile
+    from prescaler.controller.model import INVALID_REASONS
+
+    source = Path(reconcile.__file__).read_text()
+    raised = set(re.findall(r'InvalidPool\(\s*"(\w+)"', source))
+    assert raised <= set(INVALID_REASONS)
+    m = Metrics()
+    reconcile.Reconciler(kube=cast(Any, None), metrics=m, forecasts=cast(Any, None))
+    declared = {
+        s.labels["reason"]
+        for f in m.registry.collect()
+        for s in f.samples
+        if s.name == "prescaler_reconcile_errors_total"
+    }
+    assert declared == set(INVALID_REASONS)

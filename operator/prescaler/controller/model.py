@@ -71,6 +71,17 @@ class TargetClaim:
 
 
 TARGET_CONFLICT = "TargetConflict"
+INVALID_REASONS = (
+    "InvalidSpec",
+    "TargetNotFound",
+    "UnsupportedTarget",
+    "InvalidPromQL",
+    "SecretNotFound",
+    "InvalidSecret",
+    TARGET_CONFLICT,
+)
+"""Every reason an :class:`InvalidPool` gives (``prescaler_reconcile_errors_total``'s
+``reason`` label: its series exist at 0 from the start, so a dashboard shows none)."""
 
 
 def fleet_key(uid: str, role: str | None) -> str:

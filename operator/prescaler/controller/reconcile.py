@@ -41,6 +41,7 @@ from prescaler.capacity import ROLES, CapacityModel, Role
 from prescaler.controller import degradation, external
 from prescaler.controller.forecast import ForecastHub
 from prescaler.controller.model import (
+    INVALID_REASONS,
     TARGET_CONFLICT,
     ForecastResult,
     Gathered,
@@ -160,6 +161,10 @@ class Reconciler:
     _sources: dict[str, tuple[str, PrometheusSource]] = field(default_factory=dict)
     _witnessed_from: float | None = None
     """This reconciler's first reconcile: idleness is only what it saw from then on."""
+
+    def __post_init__(self) -> None:
+        for reason in INVALID_REASONS:  # at 0, so "no errors" is a series and not nothing
+            self.metrics.reconcile_errors.labels(reason)
 
     def forget(self, pool: PoolObject) -> None:
         """Drop caches and metric series of a deleted pool."""
