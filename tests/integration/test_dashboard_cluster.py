@@ -29,7 +29,12 @@ from integration.operator_fixtures import (  # noqa: F401 (fixtures)
     wait_for,
 )
 
-pytestmark = [pytest.mark.cluster, pytest.mark.prometheus, pytest.mark.slow]
+pytestmark = [
+    pytest.mark.cluster,
+    pytest.mark.prometheus,
+    pytest.mark.slow,
+    pytest.mark.timeout(1800),  # a scraped minute of every series, on a busy machine
+]
 
 SCRAPE_SECONDS = 2.0
 INTERVALS = {"rate_interval": "1m", "interval": "15s", "range": "1h"}
