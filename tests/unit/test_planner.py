@@ -129,6 +129,11 @@ def test_stale_forecast_holds() -> None:
 def test_garbage_forecast_holds() -> None:
     assert run(forecast([1.0, float("nan"), 1.0] * 5), current=8) == 8
     assert run(forecast([1.0, -3.0, 1.0] * 5), current=8) == 8
+    # A finite band around a NaN mean is garbage too (the risk model sizes on the mean).
+    means = tuple(
+        Point(NOW + STEP * (i + 1), float("nan") if i == 3 else 0.8, 1.0) for i in range(15)
+    )
+    assert run(Forecast(means, NOW), current=8) == 8
 
 
 def test_missing_forecast_still_scales_up_on_observed_demand() -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 
 import pytest
@@ -131,3 +132,15 @@ def test_condition_model_rejects_unknown_types() -> None:
         Condition.model_validate(
             {"type": "Happy", "status": "True", "reason": "x", "lastTransitionTime": "t"}
         )
+
+
+def test_forecast_view_leaves_out_non_finite_points() -> None:
+    # One NaN in the status body makes the whole write invalid JSON: the API server refuses
+    # it and status.forecast goes on showing an older forecast than the one the plan used.
+    nan, inf = float("nan"), float("inf")
+    points = (P(1060, 1.0, 2.0), P(1120, nan, 3.0), P(1180, 2.0, inf), P(1240, 4.0, 5.0))
+    view = forecast_view(F(points, 1000, 60), model="seasonal_naive", score=None, quantile=0.9)
+    body = view.model_dump(mode="json", by_alias=True)
+    json.dumps(body, allow_nan=False)  # raises on a NaN or an infinity
+    assert [p.upper for p in view.points] == [2.0, 5.0]
+    assert view.peak == 5.0

@@ -451,8 +451,10 @@ def forecast_view(
     forecast: ForecastLike, *, model: str, score: float | None, quantile: float
 ) -> ForecastStatus:
     """About a dozen points spread evenly over the horizon, each the max over its stretch
-    (so a short spike is not lost between shown points)."""
-    points = list(forecast.points)
+    (so a short spike is not lost between shown points). A point with a non-finite value is
+    left out: one NaN would make the whole status write invalid JSON, and the status would
+    go on showing an older forecast than the plan's."""
+    points = [p for p in forecast.points if math.isfinite(p.mean) and math.isfinite(p.upper)]
     shown: list[ForecastPoint] = []
     if points:
         per = max(1, math.ceil(len(points) / MAX_FORECAST_POINTS))

@@ -287,7 +287,9 @@ def _usable_points(forecast: ForecastLike | None, now: float, max_age: float) ->
     if forecast is None or now - forecast.generated_at > max_age:
         return []
     points = [p for p in forecast.points if p.t > now]
-    if not points or any(not (math.isfinite(p.upper) and p.upper >= 0) for p in points):
+    if not points or any(
+        not (math.isfinite(p.upper) and p.upper >= 0 and math.isfinite(p.mean)) for p in points
+    ):
         return []
     return points
 
