@@ -7,11 +7,11 @@ irregular or with gaps), a :class:`Forecast` for the next horizon comes out: one
 Public surface::
 
     Forecaster              fit(series) -> predict(horizon, step, quantile)   (one interface)
-    ├── ProphetForecaster       daily/weekly seasonality, event regressors, nowcast
+    ├── ProphetForecaster       seasonality (daily/weekly or any periods), events, nowcast
     ├── Persistence             the last value, flat (what every model must beat)
     ├── RecentMean              the mean of the last 10 minutes, flat
-    ├── SeasonalNaive           same time yesterday, scaled by the recent level
-    ├── SeasonalNaiveWeekly     same time last week, scaled by the recent level
+    ├── SeasonalNaive           same time one period ago (yesterday), scaled by the level
+    ├── SeasonalNaiveWeekly     same time one long period ago (last week), likewise
     └── RecentTrend             robust (Theil–Sen) recent trend, for short histories
     ForecastService         what the operator and the backtest use: auto-selection,
                             refit cadence, nowcast correction, insufficient-history fallback,
@@ -21,6 +21,11 @@ Public surface::
     select_model(...)       rolling-origin auto-selection -> Selection (model, score)
     rolling_origin, accuracy  evaluation (apart from the models)
     clean_series, counter_to_rate, mask_collection_gaps   data hygiene
+
+Seasonal periods: ``seasonality_periods`` (seconds; default :data:`SEASONALITY_PERIODS`,
+one day and one week) on :class:`ForecastService` and :class:`ModelSpec`. ``seasonal_naive``
+uses the shortest, ``seasonal_naive_weekly`` the longest (left out of auto-selection when
+there is only one), Prophet each that its history covers twice.
 
 Selection metric: sMAPE in percent over every (origin, step) pair of a rolling-origin
 backtest whose horizon equals the requested one (:attr:`Forecast.score`).
@@ -67,6 +72,7 @@ from prescaler_forecast._prophet import ProphetForecaster
 from prescaler_forecast._selection import Evidence, Selection, SelectionConfig, select_model
 from prescaler_forecast._service import AUTO, SELECTION, ForecastService
 from prescaler_forecast._types import (
+    SEASONALITY_PERIODS,
     STATUS_INSUFFICIENT_HISTORY,
     STATUS_MODEL_FAILED,
     STATUS_OK,
@@ -81,6 +87,7 @@ __all__ = [
     "AUTO",
     "FALLBACK_MODEL",
     "MODEL_NAMES",
+    "SEASONALITY_PERIODS",
     "SELECTION",
     "STATUS_INSUFFICIENT_HISTORY",
     "STATUS_MODEL_FAILED",

@@ -1,5 +1,5 @@
-"""Cheap models: persistence (last value, recent mean), seasonal-naive (same time yesterday /
-last week) and a robust recent trend."""
+"""Cheap models: persistence (last value, recent mean), seasonal-naive (same time one period
+ago: yesterday and last week by default) and a robust recent trend."""
 
 from __future__ import annotations
 
@@ -84,6 +84,10 @@ class RecentMean(Persistence):
 class SeasonalNaive(Forecaster):
     """Same time one period ago, scaled by the recent level.
 
+    The period is ``period_seconds`` (one day here, one week for
+    :class:`SeasonalNaiveWeekly`), or any cycle given to the constructor: a shift or batch
+    cycle, or a day played in compressed time.
+
     ``mean(t) = smooth(y)(t - P) * level_ratio`` where ``level_ratio`` is the median of the
     last ``level_seconds`` divided by the median of the same window one period earlier
     (clipped to [0.25, 4]); ``smooth`` is a centred moving average over ``smooth_seconds``.
@@ -92,16 +96,22 @@ class SeasonalNaive(Forecaster):
     """
 
     name = "seasonal_naive"
-    period_seconds = DAY
+    period_seconds: float = DAY
+    """The cycle: the forecast for ``t`` starts from the value at ``t - period_seconds``."""
 
     def __init__(
         self,
         *,
+        period_seconds: float | None = None,
         level_seconds: float = 1800.0,
         smooth_seconds: float = 180.0,
         calibration_seconds: float = 2 * DAY,
     ) -> None:
         super().__init__()
+        if period_seconds is not None:
+            if not (math.isfinite(period_seconds) and period_seconds > 0):
+                raise ValueError(f"period_seconds must be > 0, got {period_seconds}")
+            self.period_seconds = float(period_seconds)
         self.level_seconds = level_seconds
         self.smooth_seconds = smooth_seconds
         self.calibration_seconds = calibration_seconds
@@ -166,7 +176,8 @@ class SeasonalNaive(Forecaster):
 
 
 class SeasonalNaiveWeekly(SeasonalNaive):
-    """:class:`SeasonalNaive` with a one-week period (same time last week)."""
+    """:class:`SeasonalNaive` on the longer cycle: one week by default (same time last
+    week)."""
 
     name = "seasonal_naive_weekly"
     period_seconds = WEEK

@@ -20,6 +20,7 @@ import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
+from functools import partial
 
 import numpy as np
 import pandas as pd
@@ -36,10 +37,12 @@ from prescaler_forecast._calibration import NOWCAST_DECAY_SECONDS, decay_ratio, 
 from prescaler_forecast._hygiene import series_to_grid
 from prescaler_forecast._prophet import ProphetForecaster
 from prescaler_forecast._types import (
+    SEASONALITY_PERIODS,
     STATUS_INSUFFICIENT_HISTORY,
     EventWindow,
     Forecast,
     ForecastPoint,
+    check_periods,
 )
 
 __all__ = [
@@ -93,8 +96,12 @@ class ModelSpec:
     """Window of the nowcast ratio."""
     nowcast_decay_seconds: float = NOWCAST_DECAY_SECONDS
     """How fast the nowcast correction fades over the horizon (e-folding time)."""
+    seasonality_periods: tuple[float, ...] = SEASONALITY_PERIODS
+    """The demand's cycles in seconds, shortest first: ``seasonal_naive`` repeats the
+    shortest, ``seasonal_naive_weekly`` the longest, Prophet fits one seasonality each."""
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "seasonality_periods", check_periods(self.seasonality_periods))
         if self.name not in MODEL_NAMES:
             raise ValueError(f"unknown model {self.name!r}; choose from {', '.join(MODEL_NAMES)}")
         for label, value in (
@@ -147,25 +154,28 @@ class FittedModel:
 
 def make_forecaster(spec: ModelSpec) -> Forecaster:
     """A fresh, unfitted model for this spec."""
+    periods = spec.seasonality_periods
     if spec.name == "prophet":
         if spec.lookback_seconds is None:
             return ProphetForecaster(
                 events=spec.events,
                 nowcast_seconds=spec.nowcast_seconds,
                 nowcast_decay_seconds=spec.nowcast_decay_seconds,
+                seasonality_periods=periods,
             )
         return ProphetForecaster(
             events=spec.events,
             nowcast_seconds=spec.nowcast_seconds,
             nowcast_decay_seconds=spec.nowcast_decay_seconds,
             lookback_seconds=spec.lookback_seconds,
+            seasonality_periods=periods,
         )
     factories: dict[str, Callable[[], Forecaster]] = {
         "persistence": Persistence,
         "recent_mean": RecentMean,
         "recent_trend": RecentTrend,
-        "seasonal_naive": SeasonalNaive,
-        "seasonal_naive_weekly": SeasonalNaiveWeekly,
+        "seasonal_naive": partial(SeasonalNaive, period_seconds=periods[0]),
+        "seasonal_naive_weekly": partial(SeasonalNaiveWeekly, period_seconds=periods[-1]),
     }
     return factories[spec.name]()
 
@@ -384,16 +394,26 @@ class ModelRunner:
 
 
 def eligible_models(
-    names: Sequence[str], start: float, values: FloatArray, step_seconds: float
+    names: Sequence[str],
+    start: float,
+    values: FloatArray,
+    step_seconds: float,
+    *,
+    seasonality_periods: Sequence[float] = SEASONALITY_PERIODS,
 ) -> tuple[str, ...]:
-    """The models whose minimum history the grid's observed span meets."""
+    """The models whose minimum history the grid's observed span meets (a seasonal model's
+    is its period plus its level window)."""
     finite = np.flatnonzero(np.isfinite(values))
     if len(finite) < 3:
         return ()
     span = (finite[-1] - finite[0] + 1) * step_seconds
     out = []
     for name in names:
-        spec_model = make_forecaster(ModelSpec(name, step_seconds, step_seconds))
+        spec_model = make_forecaster(
+            ModelSpec(
+                name, step_seconds, step_seconds, seasonality_periods=tuple(seasonality_periods)
+            )
+        )
         if span >= spec_model.min_history_seconds(step_seconds):
             out.append(name)
     return tuple(out)

@@ -48,11 +48,13 @@ from prescaler_forecast._fitting import (
 from prescaler_forecast._hygiene import series_to_grid
 from prescaler_forecast._selection import Selection, SelectionConfig, select_model
 from prescaler_forecast._types import (
+    SEASONALITY_PERIODS,
     STATUS_MODEL_FAILED,
     EventSource,
     EventWindow,
     Forecast,
     InsufficientHistoryError,
+    check_periods,
 )
 
 __all__ = ["AUTO", "SELECTION", "ForecastService"]
@@ -86,6 +88,11 @@ class ForecastService:
         models: builders that replace registered models by name (a user's own model, or a
             failing one in a test). An expensive one's instances must pickle: the unfitted
             model is sent to the executor with each fit.
+        seasonality_periods: the demand's cycles in seconds (default one day and one
+            week): ``seasonal_naive`` repeats the shortest, ``seasonal_naive_weekly`` the
+            longest (with one period it would repeat ``seasonal_naive``, and auto-selection
+            leaves it out), Prophet fits each its history covers twice. A model becomes
+            eligible once the history covers its period.
     """
 
     def __init__(
@@ -102,6 +109,7 @@ class ForecastService:
         selection: SelectionConfig | None = None,
         calibrate: bool = True,
         models: Mapping[str, Callable[[], Forecaster]] | None = None,
+        seasonality_periods: Sequence[float] = SEASONALITY_PERIODS,
     ) -> None:
         if model != AUTO and model not in MODEL_NAMES:
             raise ValueError(f"unknown model {model!r}; choose from auto, {', '.join(MODEL_NAMES)}")
@@ -110,6 +118,9 @@ class ForecastService:
             raise ValueError(f"bad candidate models {unknown or list(candidates)}")
         if not (math.isfinite(refit_seconds) and refit_seconds > 0):
             raise ValueError(f"refit_seconds must be > 0, got {refit_seconds}")
+        periods = check_periods(seasonality_periods)
+        if model == AUTO and len(periods) == 1:
+            candidates = [c for c in candidates if c != "seasonal_naive_weekly"] or candidates
         self.model = model
         self.refit_seconds = float(refit_seconds)
         self.candidates = tuple(candidates) if model == AUTO else (model,)
@@ -122,6 +133,7 @@ class ForecastService:
             valid_seconds=2 * self.refit_seconds,
             lookback_seconds=lookback_seconds,
             events=() if callable(events) else tuple(events),
+            seasonality_periods=periods,
         )
         self._calendar: EventSource | None = events if callable(events) else None
         self.selection: Selection | None = None
@@ -342,7 +354,13 @@ class ForecastService:
             runner.spec = replace(runner.spec, events=events)
 
     def _eligible(self, start: float, values: FloatArray) -> tuple[str, ...]:
-        return eligible_models(self.candidates, start, values, self.step_seconds)
+        return eligible_models(
+            self.candidates,
+            start,
+            values,
+            self.step_seconds,
+            seasonality_periods=self.spec.seasonality_periods,
+        )
 
     def _selection_due(self, eligible: tuple[str, ...], now: float) -> bool:
         if self.model != AUTO:

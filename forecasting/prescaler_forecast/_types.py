@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Final, TypeAlias
 
 __all__ = [
+    "SEASONALITY_PERIODS",
     "STATUS_INSUFFICIENT_HISTORY",
     "STATUS_MODEL_FAILED",
     "STATUS_OK",
@@ -16,7 +17,23 @@ __all__ = [
     "Forecast",
     "ForecastPoint",
     "InsufficientHistoryError",
+    "check_periods",
 ]
+
+SEASONALITY_PERIODS: Final = (86_400.0, 7 * 86_400.0)
+"""The seasonal cycles in seconds when none are given: one day and one week."""
+
+
+def check_periods(periods: Sequence[float]) -> tuple[float, ...]:
+    """Seasonal periods in seconds, validated (each finite and > 0), sorted and deduplicated."""
+    out = sorted({float(p) for p in periods})
+    if not out:
+        raise ValueError("seasonality needs at least one period")
+    bad = [p for p in out if not (math.isfinite(p) and p > 0)]
+    if bad:
+        raise ValueError(f"seasonal periods must be finite and > 0 seconds, got {bad}")
+    return tuple(out)
+
 
 STATUS_OK: Final = "ok"
 """The requested (or auto-selected) model produced the forecast."""

@@ -299,6 +299,7 @@ def forecast_service(
             refit_seconds=forecast.refit_seconds,
             lookback_seconds=forecast.lookback_seconds,
             events=events if callable(events) else tuple(events),
+            seasonality_periods=tuple(float(p) for p in forecast.seasonality_periods),
         )
     except ValueError as exc:
         raise SpecError(f"spec.forecast: {exc}") from None

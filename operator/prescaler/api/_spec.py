@@ -264,6 +264,13 @@ class ForecastSpec(WireModel):
     """How often the model is refit; between fits the last forecast is reused."""
     horizon_seconds: int = Field(default=7200, ge=60, le=7 * DAY)
     """How far ahead the forecast reaches."""
+    seasonality_periods: list[Annotated[int, Field(ge=60, le=366 * DAY)]] = Field(
+        default_factory=lambda: [DAY, 7 * DAY], min_length=1, max_length=4
+    )
+    """The demand's cycles, in seconds: a day and a week, or a shift, a batch cycle, a day
+    played faster. The seasonal-naive models repeat the shortest and the longest, Prophet
+    fits a seasonality for each its history covers twice; a seasonal model takes part once
+    the history covers its period."""
     quantile: float = Field(default=0.95, ge=0.5, le=0.999)
     """Upper quantile of the forecast's band (status, standby, and the plan until the
     pool's own lookaheads calibrate its margin)."""
@@ -281,6 +288,11 @@ class ForecastSpec(WireModel):
             cel(
                 "self.horizonSeconds >= self.stepSeconds",
                 "horizonSeconds must be at least stepSeconds",
+            ),
+            cel(
+                "!has(self.seasonalityPeriods)"
+                " || self.seasonalityPeriods.all(p, p >= 2 * self.stepSeconds)",
+                "every seasonality period must be at least two stepSeconds",
             ),
         )
     )
