@@ -70,13 +70,13 @@ def parse(argv: list[str] | None) -> tuple[Options, Path]:
         "--window-in",
         type=float,
         default=d.window_in_seconds,
-        help="seconds from the live start to the scheduled window (180)",
+        help="seconds from the live start to the scheduled window (300)",
     )
     p.add_argument(
         "--window-minutes",
         type=float,
         default=d.window_minutes,
-        help="how long the scheduled window lasts, minutes (1.5)",
+        help="how long the scheduled window lasts, minutes (1)",
     )
     p.add_argument(
         "--window-replicas",

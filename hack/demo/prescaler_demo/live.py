@@ -537,8 +537,11 @@ def describe(sc: Scenario) -> None:
         f"{st.start_index}-{live_end - 1})"
     )
     say(
-        f"   rule: after a week of history, the gap-free {st.steps}-step stretch with the "
-        f"steepest rise (peak = {st.rise:.2f} x first step)"
+        f"   rule: the strongest recurring ramp the history foretells: after a week of history, "
+        f"the gap-free {st.steps}-step stretch whose ramp (peak after a {st.lead_steps}-step "
+        f"lead-in over the lead-in) is highest both here and, as the median, at the same time "
+        f"of day on the {st.days} days before it: here {st.rise:.2f}x, foretold "
+        f"{st.foretold:.2f}x"
     )
     say(
         f"   time: one trace step per {o.seconds_per_step:g} s of wall time, i.e. "
@@ -557,19 +560,18 @@ def describe(sc: Scenario) -> None:
     rows.append(("model.contextTokens", str(sc.tokens.context_p95), "measured",
                  "the simulated fleet exports no prompt-length histogram"))  # fmt: skip
     for key, value, default, why in rows:
-        say(f"     {key:<26}{value:>8} (default {default}): {why}")
+        say(f"     {key:<28}{value:>14} (default {default}): {why}")
     say("   operator settings (prescaler run):")
     say(f"     {'--interval':<26}{RECONCILE_INTERVAL[0]:>8} (default {RECONCILE_INTERVAL[1]}): "
         f"{RECONCILE_INTERVAL[2]}")  # fmt: skip
     for key, (value, default, why) in OPERATOR_ENV.items():
-        say(f"     {key:<26}{value:>8} (default {default}): {why}")
+        say(f"     {key:<28}{value:>14} (default {default}): {why}")
+    day, week = sc.seasonality_periods()[0], sc.seasonality_periods()[-1]
     say(
-        "   seasonality: the daily and weekly seasonal models and Prophet's seasonalities have "
-        "fixed 24 h / 7 d periods."
-    )
-    say(
-        f"   A trace day lasts {24 / sc.compression:g} h here, so they sit out; `model: auto` "
-        "picks among the models the history supports."
+        f"   seasonality: a trace day lasts {day / 3600:g} h here and a week {week / 3600:g} h; "
+        "forecast.seasonalityPeriods says so, so the daily seasonal-naive model and Prophet's "
+        "daily seasonality apply (the weekly ones need more than the backfilled week); "
+        "`model: auto` picks by backtest."
     )
     say(f"   cold start: {math.ceil(o.cold_start_seconds)} s wall = "
         f"{o.cold_start_seconds * sc.compression / 60:g} min of trace time")  # fmt: skip

@@ -25,7 +25,8 @@ import yaml
 from prescaler.api import ForecastSpec, InferencePoolSpec, capacity_model, parse_spec
 from prescaler.backtest.traces import Trace, load_token_mix, load_trace
 
-WEEK = 7 * 86_400.0
+DAY = 86_400.0
+WEEK = 7 * DAY
 HOUR = 3_600.0
 POOL_TEMPLATE = Path(__file__).resolve().parents[1] / "inferencepool.yaml"
 
@@ -42,8 +43,8 @@ class Options:
     max_replicas: int = 16
     min_replicas: int = 2
     cold_start_seconds: float = 60.0
-    window_in_seconds: float = 180.0
-    window_minutes: float = 1.5
+    window_in_seconds: float = 300.0
+    window_minutes: float = 1.0
     window_replicas: int = 12
     window_lead_seconds: int = 150
     tokens_per_second: float = 6000.0
@@ -63,7 +64,18 @@ class Stretch:
     history_steps: int
     """Steps of history before ``start_index`` (one week)."""
     rise: float
-    """The rule's score: peak / first step of the live stretch."""
+    """How far the live stretch ramps: its peak after the lead-in over the lead-in's mean."""
+    foretold: float = math.nan
+    """The median of the same ramp at the same time of day over the week before."""
+    lead_steps: int = 1
+    """The lead-in: steps before the ramp is measured (time for the forecast to act)."""
+    days: int = 0
+    """Past days (without a collection gap there) behind ``foretold``."""
+
+    @property
+    def score(self) -> float:
+        """The rule's score: the ramp both foretold and played, ``min(rise, foretold)``."""
+        return min(self.rise, self.foretold)
 
     @property
     def live_rps(self) -> np.ndarray:
@@ -81,28 +93,73 @@ class Stretch:
         return f"d{int(t // 86_400) + 1} {clock}"
 
 
-def choose_stretch(trace: Trace, steps: int) -> Stretch:
-    """The rule: among stretches of ``steps`` trace steps that follow at least a week of
-    history and have no collection gap, the one whose peak is the largest multiple of its
-    first step (the steepest relative rise)."""
-    history = math.ceil(WEEK / trace.step_seconds)
-    rps = np.asarray(trace.rps, dtype=float)
+def ramp(segment: np.ndarray, lead_steps: int) -> float:
+    """How far a stretch ramps: its peak after the first ``lead_steps`` over their mean;
+    NaN when the stretch has a collection gap (a NaN or a zero) or no step after the lead-in."""
+    seg = np.asarray(segment, dtype=float)
+    if len(seg) <= lead_steps or lead_steps < 1 or not (np.isfinite(seg).all() and (seg > 0).all()):
+        return math.nan
+    return float(seg[lead_steps:].max() / seg[:lead_steps].mean())
+
+
+def foretold_ramp(
+    rps: np.ndarray, start: int, steps: int, lead_steps: int, period_steps: int, days: int
+) -> tuple[float, int]:
+    """The ramp the seasonal history foretells for the stretch at ``start``: the median of
+    :func:`ramp` at the same time of day on each of the ``days`` days before it that has
+    no gap there; with the number of such days."""
+    past = [
+        ramp(rps[start - d * period_steps : start - d * period_steps + steps], lead_steps)
+        for d in range(1, days + 1)
+        if start - d * period_steps >= 0
+    ]
+    seen = [r for r in past if math.isfinite(r)]
+    return (float(np.median(seen)) if seen else math.nan), len(seen)
+
+
+def choose_stretch(
+    trace: Trace,
+    steps: int,
+    *,
+    lead_steps: int = 2,
+    period_seconds: float = DAY,
+    days: int = 7,
+    min_days: int = 4,
+) -> Stretch:
+    """The rule: the strongest *recurring* ramp that the seasonal history foretells.
+
+    Among the stretches of ``steps`` trace steps that follow at least a week of history and
+    have no collection gap, score each by ``min(rise, foretold)``: ``rise`` is how far the
+    stretch ramps after a lead-in of ``lead_steps`` (:func:`ramp`), ``foretold`` the median
+    of the same ramp at the same time of day (one ``period_seconds`` apart) over the
+    ``days`` days before it, of which at least ``min_days`` must be gap-free there. The
+    highest score wins: a ramp that recurs and that happens this time too, not the
+    largest surprise (a burst that no earlier day had scores its ordinary days' median).
+    """
     if steps < 2:
         raise ValueError("the live play needs at least 2 trace steps")
-    best: tuple[float, int] | None = None
+    lead = max(1, min(lead_steps, steps - 1))
+    history = math.ceil(WEEK / trace.step_seconds)
+    period = max(1, round(period_seconds / trace.step_seconds))
+    rps = np.asarray(trace.rps, dtype=float)
+    best: Stretch | None = None
     for s in range(history, len(rps) - steps + 1):
-        seg = rps[s : s + steps]
-        if not np.isfinite(seg).all() or seg[0] <= 0:
+        rise = ramp(rps[s : s + steps], lead)
+        if not math.isfinite(rise):
             continue
-        rise = float(seg[1:].max() / seg[0])
-        if best is None or rise > best[0]:
-            best = (rise, s)
+        foretold, seen = foretold_ramp(rps, s, steps, lead, period, days)
+        if seen < min_days:
+            continue
+        candidate = Stretch(trace, s, steps, history, rise, foretold, lead, seen)
+        if best is None or candidate.score > best.score:
+            best = candidate
     if best is None:
         raise ValueError(
             f"{trace.name}: no gap-free stretch of {steps} steps after a week of history "
+            f"with {min_days} gap-free days before it at the same time of day "
             f"(the trace has {len(rps)} steps of {trace.step_seconds:g} s)"
         )
-    return Stretch(trace, best[1], steps, history, best[0])
+    return best
 
 
 @dataclass(frozen=True)
@@ -181,6 +238,10 @@ class Scenario:
             "horizon_seconds": max(step, round(2 * HOUR / c)),
         }
 
+    def seasonality_periods(self) -> list[int]:
+        """The spec's default seasonal periods (a day, a week) in compressed time."""
+        return [round(p / self.compression) for p in _default_periods()]
+
     def pool_yaml(self, prometheus_url: str, live_start: float) -> str:
         o = self.options
         start = live_start + o.window_in_seconds
@@ -200,6 +261,7 @@ class Scenario:
             "window_end": _iso(end),
             "window_replicas": o.window_replicas,
             "window_lead_seconds": o.window_lead_seconds,
+            "seasonality_periods": ", ".join(str(p) for p in self.seasonality_periods()),
             **self.forecast_settings(),
         }
         return string.Template(POOL_TEMPLATE.read_text()).substitute(values)
@@ -214,7 +276,23 @@ class Scenario:
             camel = _camel(key)
             if value != default:
                 out.append((f"forecast.{camel}", str(value), str(default), why))
+        periods = self.seasonality_periods()
+        default_periods = [round(p) for p in _default_periods()]
+        if periods != default_periods:
+            out.append((
+                "forecast.seasonalityPeriods",
+                ",".join(str(p) for p in periods),
+                ",".join(str(p) for p in default_periods),
+                f"a day and a week / {c:g}: the seasonal models see the trace's daily cycle",
+            ))  # fmt: skip
         return out
+
+
+def _default_periods() -> list[float]:
+    """``forecast.seasonalityPeriods`` at the spec's default (the one place it lives)."""
+    field = ForecastSpec.model_fields["seasonality_periods"]
+    assert field.default_factory is not None
+    return [float(p) for p in field.default_factory()]  # type: ignore[call-arg]
 
 
 def _camel(snake: str) -> str:
@@ -230,7 +308,10 @@ def build(options: Options) -> Scenario:
     """Load the trace, pick the stretch by the rule and size it through the pool's model."""
     trace = load_trace(options.trace, options.fmt)
     steps = max(2, math.ceil(options.minutes * 60 / options.seconds_per_step))
-    stretch = choose_stretch(trace, steps)
+    # The ramp is measured after a lead-in of two cold starts: time for the operator's
+    # first forecast and for the replicas it asks for to be Ready.
+    lead = max(1, math.ceil(2 * options.cold_start_seconds / options.seconds_per_step))
+    stretch = choose_stretch(trace, steps, lead_steps=lead)
     tokens = token_means(options.trace, trace)
     # Size through the very pool the demo applies (same capacity model as the operator).
     draft = Scenario(options, stretch, tokens, 1.0, 1.0, 1, 1.0)
