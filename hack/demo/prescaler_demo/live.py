@@ -562,7 +562,7 @@ def describe(sc: Scenario) -> None:
     for key, value, default, why in rows:
         say(f"     {key:<28}{value:>14} (default {default}): {why}")
     say("   operator settings (prescaler run):")
-    say(f"     {'--interval':<26}{RECONCILE_INTERVAL[0]:>8} (default {RECONCILE_INTERVAL[1]}): "
+    say(f"     {'--interval':<28}{RECONCILE_INTERVAL[0]:>14} (default {RECONCILE_INTERVAL[1]}): "
         f"{RECONCILE_INTERVAL[2]}")  # fmt: skip
     for key, (value, default, why) in OPERATOR_ENV.items():
         say(f"     {key:<28}{value:>14} (default {default}): {why}")
