@@ -90,7 +90,10 @@ class SeasonalNaive(Forecaster):
 
     ``mean(t) = smooth(y)(t - P) * level_ratio`` where ``level_ratio`` is the median of the
     last ``level_seconds`` divided by the median of the same window one period earlier
-    (clipped to [0.25, 4]); ``smooth`` is a centred moving average over ``smooth_seconds``.
+    (clipped to [0.25, 4]); ``smooth`` is a centred moving median over ``smooth_seconds``.
+    A median, not a mean: it drops a lone noisy step as well, but keeps a sharp edge where
+    it was (a mean spreads yesterday's step over the steps around it, so the full level
+    would be forecast one step late, and a fleet sized on it Ready one step late).
     The interval comes from the empirical log-ratio errors of exactly this rule over the
     last ``calibration_seconds`` of history, per lead.
     """
@@ -127,7 +130,7 @@ class SeasonalNaive(Forecaster):
         self._level = _bins(self.level_seconds, step)
         width = _bins(self.smooth_seconds, step)
         self._smooth = (
-            pd.Series(self._y).rolling(width, center=True, min_periods=1).mean().to_numpy()
+            pd.Series(self._y).rolling(width, center=True, min_periods=1).median().to_numpy()
         )
         # ratio_series[i]: the level ratio an origin whose last observed bin is i would use.
         # Medians, so that a burst inside the level window does not scale the whole day.

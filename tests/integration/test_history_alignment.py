@@ -133,8 +133,9 @@ def test_the_operator_forecast_rises_at_the_step(prometheus: Prometheus, step_at
     assert forecast.status == STATUS_OK, forecast.detail
     assert forecast.model == "seasonal_naive"
     mean = {p.t: p.mean for p in forecast.points}  # a point's t is the END of its step
-    # seasonal_naive smooths yesterday over 3 minutes, centred: the rise straddles the step.
+    # seasonal_naive smooths yesterday with a centred median of 3 minutes: the edge stays
+    # where it was, and the step's own minute (the point ending one step after it) is HIGH.
     assert mean[step_at - STEP] == pytest.approx(LOW, rel=1e-3)
-    assert mean[step_at] == pytest.approx((2 * LOW + HIGH) / 3, rel=1e-3)
-    assert mean[step_at + STEP] == pytest.approx((LOW + 2 * HIGH) / 3, rel=1e-3)
+    assert mean[step_at] == pytest.approx(LOW, rel=1e-3)
+    assert mean[step_at + STEP] == pytest.approx(HIGH, rel=1e-3)
     assert mean[step_at + 2 * STEP] == pytest.approx(HIGH, rel=1e-3)

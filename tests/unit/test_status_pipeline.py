@@ -220,7 +220,8 @@ def test_cold_start_is_learned_from_pods() -> None:
     assert cold["source"] == "measured"
     assert cold["seconds"] == pytest.approx(48.0)
     assert len(cold["samples"]) == 10
-    assert status["plan"]["lookaheadSeconds"] == pytest.approx(48.0 + 60)
+    # The cold start, the margin, and the reconcile period the plan stands for.
+    assert status["plan"]["lookaheadSeconds"] == pytest.approx(48.0 + 60 + 30)
 
 
 def test_standby_objects_are_owned_and_sized_then_removed() -> None:

@@ -530,6 +530,7 @@ class PredictivePolicy:
                 forecast=forecast,
                 windows=tuple(self.windows),
                 risk=sizing,
+                decision_interval_seconds=self.interval,
             )
         )
         if self.risk is not None:

@@ -155,6 +155,9 @@ class Reconciler:
     io_executor: Executor | None = None
     prometheus_timeout_seconds: float = 10.0
     rate_window: str = "2m"
+    interval_seconds: float = 30.0
+    """The reconcile period: a plan stands until the next reconcile, so its lookahead covers
+    it (``PlanInputs.decision_interval_seconds``)."""
     clock: Callable[[], float] = time.time
     prewarm: Prewarmer | None = None
     """Warm-up of new pods (``spec.prewarm``); without it the spec field is ignored."""
@@ -258,7 +261,9 @@ class Reconciler:
             ready = gathered.workload.ready_replicas
             risk = learn_risk(previous.risk, objective, now, gathered.snapshot, capacity, ready)
             sizing = risk_sizing(risk, objective)
-        decision = decide(spec, capacity, gathered, windows, previous, now, sizing)
+        decision = decide(
+            spec, capacity, gathered, windows, previous, now, sizing, self.interval_seconds
+        )
         decision, change = external.govern(spec, pool.generation, examined, decision)
         if examined.found is not None:
             await self.kube.post_event(
@@ -818,9 +823,11 @@ def decide(
     previous: InferencePoolStatus,
     now: float,
     risk: RiskSizing | None = None,
+    interval_seconds: float = 0.0,
 ) -> ScalePlan:
     """The planner's inputs from what was gathered, and its decision (pure). ``risk`` is
-    the peak risk model's margin (see :func:`prescaler.controller.status.learn_risk`)."""
+    the peak risk model's margin (see :func:`prescaler.controller.status.learn_risk`);
+    ``interval_seconds`` the time to the next reconcile."""
     snapshot = gathered.snapshot
     observed = snapshot.demand if snapshot else None
     hot = spec.standby.hot.replicas > 0
@@ -854,5 +861,6 @@ def decide(
             windows=windows,
             forecast_expected=spec.forecast is not None,
             risk=risk,
+            decision_interval_seconds=interval_seconds,
         )
     )

@@ -88,6 +88,7 @@ class Runtime:
             io_executor=io_pool,
             prometheus_timeout_seconds=rs.prometheus_timeout_seconds,
             rate_window=rs.rate_window,
+            interval_seconds=rs.interval_seconds,
             prewarm=prewarmer,
         )
         return cls(settings, metrics, reconciler, kube, io_pool, fit_pool, prewarmer)

@@ -232,6 +232,11 @@ class PlanInputs:
     forecast's requirement is :func:`sized_demand` of ``max(forecast mean peak over the
     lookahead, observed)`` (the forecast's upper band until calibrated), and a release
     keeps exactly that; without it, the forecast's upper band."""
+    decision_interval_seconds: float = 0.0
+    """How long this plan stands: the time to the next decision (the operator's reconcile
+    period). The lookahead covers it too, since capacity the next decision asks for is
+    ready only one cold start after *that* decision: so every replica a need calls for is
+    Ready at least ``lead_margin_seconds`` before it, whenever the decisions fall."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -366,7 +371,10 @@ def plan(inputs: PlanInputs) -> ScalePlan:
     now, policy, fleet, capacity = inputs.now, inputs.policy, inputs.fleet, inputs.capacity
     if inputs.cold_start_seconds < 0:
         raise ValueError("cold start must be >= 0")
-    lookahead = inputs.cold_start_seconds + policy.lead_margin_seconds
+    interval = inputs.decision_interval_seconds
+    if not (math.isfinite(interval) and interval >= 0):
+        raise ValueError("decision interval must be a finite number >= 0")
+    lookahead = inputs.cold_start_seconds + policy.lead_margin_seconds + interval
     horizon_end = now + lookahead
 
     points = _usable_points(inputs.forecast, now, policy.forecast_max_age_seconds)
