@@ -220,17 +220,6 @@ def _pool_from_cluster(ref: str, cluster: _Cluster) -> _Pool:
 # --------------------------------------------------------------------------- the HPA
 
 
-def _quantity(value: Any) -> float | None:
-    from kubernetes import utils
-
-    parse: Any = utils.parse_quantity
-    try:
-        number = float(parse(value))
-    except (ValueError, TypeError, ArithmeticError):
-        return None
-    return number if math.isfinite(number) else None
-
-
 def hpa_of(spec: Any, hpas: list[dict[str, Any]]) -> dict[str, Any] | None:
     """The HPA that scales the pool's target, or the pool's target itself when it is an
     HPA (mode ``hpaFloor``)."""
@@ -248,37 +237,11 @@ def hpa_of(spec: Any, hpas: list[dict[str, Any]]) -> dict[str, Any] | None:
 
 
 def hpa_utilization(hpa: dict[str, Any]) -> tuple[float | None, str]:
-    """The HPA's target as a share of a replica's capacity, and how it was read.
+    """The HPA's target as a share of a replica's capacity, and how it was read (the
+    operator's own reader, :func:`prescaler.kube.hpa_target_share`)."""
+    from prescaler.kube import hpa_target_share
 
-    A ``Resource`` or ``ContainerResource`` metric's ``averageUtilization`` (percent) is
-    that share; a ``Pods``, ``Object`` or ``External`` target of at most 1 (a KV-cache
-    usage, a load ratio) is read as one. A target in other units (requests per pod) says
-    nothing about a replica's capacity: ``None``. With several metrics the HPA follows
-    the one asking for most replicas, so the lowest share is taken.
-    """
-    shares: list[float] = []
-    skipped: list[str] = []
-    for metric in (hpa.get("spec") or {}).get("metrics") or []:
-        kind = str(metric.get("type", ""))
-        body = metric.get(kind[:1].lower() + kind[1:]) or {}
-        target = body.get("target") or {}
-        if target.get("averageUtilization") is not None:
-            share = _quantity(target["averageUtilization"])
-            if share is not None and share > 0:
-                shares.append(share / 100.0)
-                continue
-        value = target.get("averageValue", target.get("value"))
-        share = _quantity(value) if value is not None else None
-        if share is not None and 0 < share <= 1:
-            shares.append(share)
-        else:
-            name = (body.get("metric") or {}).get("name") or body.get("name") or kind
-            skipped.append(f"{name} target {value}")
-    if shares:
-        return min(shares), "the lowest target utilization of its metrics"
-    if skipped:
-        return None, f"its targets are not a share of a replica's capacity ({', '.join(skipped)})"
-    return None, "it has no metrics"
+    return hpa_target_share((hpa.get("spec") or {}).get("metrics"))
 
 
 def _reactive_target(args: argparse.Namespace, spec: Any, pool: _Pool) -> dict[str, Any]:

@@ -13,6 +13,7 @@ import contextlib
 import functools
 import json
 import logging
+import math
 import random
 import uuid
 from collections.abc import Callable, Mapping
@@ -22,6 +23,7 @@ from typing import Any, Protocol
 
 from kubernetes import client
 from kubernetes import config as _config
+from kubernetes import utils as k8s_utils
 from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError as TransportError
 
@@ -148,31 +150,53 @@ def hpa_from(obj: dict[str, Any]) -> Hpa:
         target_kind=ref.get("kind", ""),
         target_name=ref.get("name", ""),
         min_replicas_writer=field_writer(obj, ("spec", "minReplicas")),
-        target_utilization=_utilization(spec.get("metrics")),
+        target_utilization=hpa_target_share(spec.get("metrics"))[0],
     )
 
 
-def _utilization(metrics: Any) -> float | None:
-    """The HPA's target as a share of a replica's capacity, read as ``prescaler backtest
-    --prometheus`` reads it: a ``Resource``/``ContainerResource`` ``averageUtilization``
-    (percent), or a ``Pods``/``Object``/``External`` target of at most 1 (a usage ratio);
-    with several metrics the lowest (the HPA follows the one asking for most replicas).
-    ``None``: no metrics, or targets in other units."""
+def hpa_target_share(metrics: Any) -> tuple[float | None, str]:
+    """An HPA's target as a share of a replica's capacity, and how it was read (one reader
+    for the live shadow HPA and ``prescaler backtest --prometheus``).
+
+    A ``Resource`` or ``ContainerResource`` metric's ``averageUtilization`` (percent) is
+    that share; a ``Pods``, ``Object`` or ``External`` target of at most 1 (a KV-cache
+    usage, a load ratio; any Kubernetes quantity, ``500m`` is 0.5) is read as one. A
+    target in other units (requests per pod) says nothing about a replica's capacity:
+    ``None``. With several metrics the HPA follows the one asking for most replicas, so
+    the lowest share is taken.
+    """
     shares: list[float] = []
+    skipped: list[str] = []
     for metric in metrics or []:
         kind = str((metric or {}).get("type", ""))
-        target = ((metric or {}).get(kind[:1].lower() + kind[1:]) or {}).get("target") or {}
-        percent = target.get("averageUtilization")
-        if isinstance(percent, int | float) and percent > 0:
-            shares.append(percent / 100.0)
-            continue
-        value = str(target.get("averageValue", target.get("value", "")))
-        milli = value.endswith("m")  # a Kubernetes quantity: 500m is 0.5
-        with contextlib.suppress(ValueError):
-            share = float(value[:-1]) / 1000 if milli else float(value)
-            if 0 < share <= 1:
-                shares.append(share)
-    return min(shares) if shares else None
+        body = (metric or {}).get(kind[:1].lower() + kind[1:]) or {}
+        target = body.get("target") or {}
+        if target.get("averageUtilization") is not None:
+            percent = _quantity(target["averageUtilization"])
+            if percent is not None and percent > 0:
+                shares.append(percent / 100.0)
+                continue
+        value = target.get("averageValue", target.get("value"))
+        share = _quantity(value) if value is not None else None
+        if share is not None and 0 < share <= 1:
+            shares.append(share)
+        else:
+            name = (body.get("metric") or {}).get("name") or body.get("name") or kind
+            skipped.append(f"{name} target {value}")
+    if shares:
+        return min(shares), "the lowest target utilization of its metrics"
+    if skipped:
+        return None, f"its targets are not a share of a replica's capacity ({', '.join(skipped)})"
+    return None, "it has no metrics"
+
+
+def _quantity(value: Any) -> float | None:
+    parse: Any = k8s_utils.parse_quantity
+    try:
+        number = float(parse(value))
+    except (ValueError, TypeError, ArithmeticError):
+        return None
+    return number if math.isfinite(number) else None
 
 
 class KubeApi(Protocol):
