@@ -173,6 +173,36 @@ def test_the_plan_sizes_what_is_known_now_plus_the_typical_demand_times_the_marg
     assert burst.risk_sized == 70
 
 
+def test_the_margin_sizes_at_most_twice_the_largest_demand_seen() -> None:
+    # A margin of 4 on (30 + 10) - 10 = 150, more than twice the peak seen (50): 100.
+    wide = replace(SIZED, margin=4.0, peak=50.0)
+    capped = plan(inputs(wide, observed=20))
+    assert capped.risk_sized == 100
+    assert capped.desired_replicas == 10
+    assert "at most 2x the peak seen" in capped.reason
+    # What is known now may ask for more than the ceiling: it is never cut below that.
+    above = plan(inputs(replace(wide, peak=10.0), observed=20))
+    assert above.risk_sized == 30
+    # Without a peak yet (or below the ceiling) the margin stands as it is.
+    assert plan(inputs(replace(wide, peak=None), observed=20)).risk_sized == 150
+    assert plan(inputs(replace(SIZED, peak=50.0), observed=20)).risk_sized == 40
+
+
+def test_the_peak_seen_is_the_largest_demand_fading_toward_the_typical() -> None:
+    obj = objective(memory=10.0)
+    risk = PeakRisk()
+    for t, demand in enumerate([10.0, 50.0, 10.0]):
+        risk = observe_risk(risk, obj, float(t), demand)
+    assert risk.peak_demand is not None and 40 < risk.peak_demand < 50
+    for t in range(3, 200):
+        risk = observe_risk(risk, obj, float(t), 10.0)
+    assert risk.peak_demand == pytest.approx(10.0, rel=0.01)
+    assert risk_sizing(risk, obj).peak == risk.peak_demand
+    # It is kept in the status with the rest of the calibration.
+    restored = peak_risk(risk_status(risk, None))
+    assert restored.peak_demand == pytest.approx(risk.peak_demand, rel=1e-6)
+
+
 def test_a_release_keeps_what_the_risk_model_sizes_for_the_lookahead() -> None:
     sizing = SIZED
     decided = plan(inputs(sizing, observed=20, current=9))

@@ -338,6 +338,9 @@ class RiskStatus(WireModel):
     mean_demand: float | None = None
     """The pool's typical demand (its recent mean, in the plan's unit): the margin is on
     what is known now plus this, so it is additive on a low base."""
+    peak_demand: float | None = None
+    """The largest demand observed lately (fading toward the typical demand, in the plan's
+    unit): the margin never sizes for more than twice it."""
 
 
 class AgainstHpaHour(WireModel):

@@ -215,6 +215,7 @@ def peak_risk(previous: RiskStatus | None) -> PeakRisk:
         loss=previous.waited_fraction,
         observed_at=previous.observed_at,
         mean_demand=previous.mean_demand,
+        peak_demand=previous.peak_demand,
     )
 
 
@@ -268,6 +269,7 @@ def risk_status(risk: PeakRisk, sizing: RiskSizing | None) -> RiskStatus:
         ],
         observed_at=risk.observed_at,
         mean_demand=None if risk.mean_demand is None else round(risk.mean_demand, 6),
+        peak_demand=None if risk.peak_demand is None else round(risk.peak_demand, 6),
     )
 
 

@@ -31,10 +31,12 @@ from prescaler.planning._planner import (
 )
 from prescaler.planning._risk import (
     LOG_BINS,
+    PEAK_CEILING,
     Lookahead,
     PeakRisk,
     RiskObjective,
     RiskSizing,
+    capped_demand,
     observe_risk,
     record_risk,
     risk_sizing,
@@ -45,6 +47,7 @@ from prescaler.planning._windows import Occurrence, ScheduledWindow, event_windo
 __all__ = [
     "LEVELS",
     "LOG_BINS",
+    "PEAK_CEILING",
     "Action",
     "AdmissionPolicy",
     "Assessment",
@@ -72,6 +75,7 @@ __all__ = [
     "Signal",
     "Signals",
     "assess",
+    "capped_demand",
     "drain_plan",
     "event_windows",
     "forecast_shortfall",

@@ -77,7 +77,14 @@ from dataclasses import dataclass, field, replace
 from typing import Literal, Protocol
 
 from prescaler.capacity import CapacityModel, Constraint, DemandUnit
-from prescaler.planning._risk import PeakRisk, RiskSizing, record_risk, sized_demand
+from prescaler.planning._risk import (
+    PEAK_CEILING,
+    PeakRisk,
+    RiskSizing,
+    capped_demand,
+    record_risk,
+    sized_demand,
+)
 from prescaler.planning._windows import Occurrence, ScheduledWindow
 
 RISK_MEMORY_PERIODS = 2
@@ -400,11 +407,14 @@ def plan(inputs: PlanInputs) -> ScalePlan:
         risk_unit = max(_replica_rate(capacity), inputs.risk.typical)
         margin = inputs.risk.margin
         if inputs.risk.calibrated:
-            risk_sized = sized_demand(risk_base, margin, risk_unit)
+            sized = sized_demand(risk_base, margin, risk_unit)
+            risk_sized = capped_demand(sized, risk_base, inputs.risk.peak)
             how = (
                 f"{source} {risk_base:.3g} (+{risk_unit:.3g} typical) x{margin:.2f} "
                 f"(quantile {inputs.risk.level:.3f})"
             )
+            if risk_sized < sized:
+                how += f", at most {PEAK_CEILING:g}x the peak seen"
         else:
             # Not calibrated yet: the forecast's own upper band, or what arrives now.
             risk_sized = max(risk_base, peak or 0.0)
