@@ -115,3 +115,32 @@ def test_backtest_assesses_degradation_at_the_specs_thresholds() -> None:
     assert setup.policy == degradation_policy(_operator_pool())
     # Assessed at every decision of the predictive policy: the operator's reconcile period.
     assert setup.every_seconds == ReconcileSettings().interval_seconds
+
+
+def _forecast_args(*extra: str) -> argparse.Namespace:
+    from prescaler.cli import forecast as cli_forecast
+
+    parser = argparse.ArgumentParser()
+    cli_forecast.register(parser.add_subparsers())
+    base = [
+        "forecast",
+        "--trace",
+        "x.csv",
+        "--format",
+        "rate",
+        "--at",
+        "0",
+        "--horizon-minutes",
+        "5",
+    ]
+    return parser.parse_args([*base, *extra])
+
+
+def test_the_forecast_commands_seasonal_periods_are_the_specs() -> None:
+    spec = ForecastSpec.model_validate({"prometheus": {"url": "http://p:9090"}})
+    assert _forecast_args().seasonality_periods == spec.seasonality_periods
+    assert _forecast_args("--seasonality-periods", "14400").seasonality_periods == [14400]
+    # Checked as the spec checks it: a period under a minute, or none, is refused.
+    for bad in ("30", "", "day"):
+        with pytest.raises(SystemExit):
+            _forecast_args("--seasonality-periods", bad)

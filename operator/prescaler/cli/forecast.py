@@ -20,7 +20,7 @@ from __future__ import annotations
 import argparse
 import math
 from datetime import UTC, datetime
-from typing import Any
+from typing import Annotated, Any
 
 from prescaler.api import ForecastSpec
 from prescaler.cli._common import CliError, positive_float, print_json
@@ -28,7 +28,8 @@ from prescaler_forecast import MODEL_NAMES
 
 _MODELS = ", ".join(("auto", *MODEL_NAMES))
 _SPEC_DEFAULTS = {
-    name: ForecastSpec.model_fields[name].get_default() for name in ("model", "quantile")
+    name: ForecastSpec.model_fields[name].get_default(call_default_factory=True)
+    for name in ("model", "quantile", "seasonality_periods")
 }
 
 
@@ -78,6 +79,14 @@ def register(subparsers: Any) -> None:
         default=_SPEC_DEFAULTS["quantile"],
         help=f"upper quantile (default: the spec's, {_SPEC_DEFAULTS['quantile']})",
     )
+    parser.add_argument(
+        "--seasonality-periods",
+        type=_periods,
+        default=_SPEC_DEFAULTS["seasonality_periods"],
+        metavar="S[,S...]",
+        help="the demand's cycles in seconds, comma-separated (default: the spec's, "
+        f"{','.join(map(str, _SPEC_DEFAULTS['seasonality_periods']))}: a day and a week)",
+    )
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.set_defaults(func=run)
 
@@ -106,6 +115,20 @@ def _upper_quantile(text: str) -> float:
     return value
 
 
+def _periods(text: str) -> list[int]:
+    """Seconds, comma-separated, checked as the spec checks ``seasonalityPeriods``."""
+    from pydantic import TypeAdapter, ValidationError
+
+    field = ForecastSpec.model_fields["seasonality_periods"]
+    shape: Any = Annotated[(field.annotation, *field.metadata)]  # the spec field's own checks
+    check: TypeAdapter[list[int]] = TypeAdapter(shape)
+    try:
+        return check.validate_python([int(part) for part in text.split(",") if part.strip()])
+    except (ValueError, ValidationError) as exc:
+        first = exc.errors()[0]["msg"] if isinstance(exc, ValidationError) else str(exc)
+        raise argparse.ArgumentTypeError(f"bad seasonality periods {text!r}: {first}") from None
+
+
 def _iso(t: float) -> str:
     return datetime.fromtimestamp(t, tz=UTC).isoformat().replace("+00:00", "Z")
 
@@ -130,6 +153,7 @@ def run(args: argparse.Namespace) -> int:
         step_seconds=trace.step_seconds,
         quantile=args.quantile,
         lookback_seconds=None if args.lookback_days is None else args.lookback_days * 86_400.0,
+        seasonality_periods=args.seasonality_periods,
     )
     forecast = service.forecast(history, at)
     if args.json:
