@@ -98,8 +98,13 @@ SCENARIOS = {
 }
 
 
-def event_factor(times: np.ndarray, start: float, multiplier: float,
-                 ramp_seconds: float, length_seconds: float = 86400.0) -> np.ndarray:
+def event_factor(
+    times: np.ndarray,
+    start: float,
+    multiplier: float,
+    ramp_seconds: float,
+    length_seconds: float = 86400.0,
+) -> np.ndarray:
     """``1`` outside ``[start, start + length)``, rising linearly to ``multiplier`` over
     ``ramp_seconds``, flat, and falling back to ``1`` over the last ``ramp_seconds``."""
     t = np.asarray(times, dtype=float) - start
@@ -140,10 +145,12 @@ def write_event_trace(sc: Scenario, multiplier: float, out: Path) -> dict[str, A
     else:  # servegen: seconds since its epoch; a zero rate marks a collection gap
         from prescaler.backtest.traces import SERVEGEN_EPOCH
 
-        frame = pd.DataFrame({
-            "t_sec": np.rint(times - SERVEGEN_EPOCH).astype(np.int64),
-            "rate_rps": np.where(ok, rps, 0.0),
-        })
+        frame = pd.DataFrame(
+            {
+                "t_sec": np.rint(times - SERVEGEN_EPOCH).astype(np.int64),
+                "rate_rps": np.where(ok, rps, 0.0),
+            }
+        )
     frame.to_csv(path, index=False, float_format="%.10g")
     inside = ok & (mid >= start) & (mid < end)
     peak_rps = float(rps[inside].max())
@@ -162,36 +169,62 @@ def _iso(t: float) -> str:
     return pd.Timestamp(t, unit="s", tz="UTC").strftime("%Y-%m-%dT%H:%M:%S")
 
 
-def commands(sc: Scenario, multiplier: float, event: dict[str, Any],
-             out: Path) -> dict[str, list[str]]:
+def commands(
+    sc: Scenario, multiplier: float, event: dict[str, Any], out: Path
+) -> dict[str, list[str]]:
     start, end = event["start"], event["end"]
     base = [
-        "--trace", str(event["path"]), "--format", sc.fmt,
-        "--prompt-tokens", f"{sc.prompt_tokens:g}", "--output-tokens", f"{sc.output_tokens:g}",
-        "--replay-days", f"{sc.replay_days:g}",
+        "--trace",
+        str(event["path"]),
+        "--format",
+        sc.fmt,
+        "--prompt-tokens",
+        f"{sc.prompt_tokens:g}",
+        "--output-tokens",
+        f"{sc.output_tokens:g}",
+        "--replay-days",
+        f"{sc.replay_days:g}",
         *(["--history-days", f"{sc.history_days:g}"] if sc.history_days else []),
-        "--cold-start-seconds", str(COLD_START),
-        "--replica-tokens-per-second", f"{REPLICA_TPS:g}",
-        "--max-replicas", str(math.ceil(2 * multiplier * PEAK_REPLICAS)),
-        "--score-span", f"name=window,start={_iso(start)},end={_iso(end)}",
-        "--score-span", f"name=lead+window,start={_iso(start - LEAD_SECONDS)},end={_iso(end)}",
+        "--cold-start-seconds",
+        str(COLD_START),
+        "--replica-tokens-per-second",
+        f"{REPLICA_TPS:g}",
+        "--max-replicas",
+        str(math.ceil(2 * multiplier * PEAK_REPLICAS)),
+        "--score-span",
+        f"name=window,start={_iso(start)},end={_iso(end)}",
+        "--score-span",
+        f"name=lead+window,start={_iso(start - LEAD_SECONDS)},end={_iso(end)}",
         "--quiet",
     ]
-    window = (f"name=event,start={_iso(start)},end={_iso(end)},"
-              f"rps={event['peak_rps']:.6g},lead={LEAD_SECONDS}")
+    window = (
+        f"name=event,start={_iso(start)},end={_iso(end)},"
+        f"rps={event['peak_rps']:.6g},lead={LEAD_SECONDS}"
+    )
     stem = out / f"{sc.fmt}-x{multiplier:g}"
     return {
-        "no window": [*base, "--policies", "reactive,predictive,oracle",
-                      "--json", f"{stem}-nowindow.json"],
-        "window": [*base, "--policies", "predictive", "--window", window,
-                   "--json", f"{stem}-window.json"],
+        "no window": [
+            *base,
+            "--policies",
+            "reactive,predictive,oracle",
+            "--json",
+            f"{stem}-nowindow.json",
+        ],
+        "window": [
+            *base,
+            "--policies",
+            "predictive",
+            "--window",
+            window,
+            "--json",
+            f"{stem}-window.json",
+        ],
     }
 
 
 def _run(cmd: list[str]) -> tuple[dict[str, Any], float]:
     t0 = time.perf_counter()
-    subprocess.run([sys.executable, "-m", "prescaler.cli", "backtest", *cmd], cwd=ROOT,
-                   check=True)
+    subprocess.run([sys.executable, "-m", "prescaler.cli", "backtest", *cmd], cwd=ROOT, check=True)
     elapsed = time.perf_counter() - t0
     json_out = cmd[cmd.index("--json") + 1]
     return json.loads(Path(json_out).read_text()), elapsed
@@ -205,16 +238,26 @@ def run_scenario(key: str, multiplier: float, out: Path) -> dict[str, Any]:
     walls: dict[str, float] = {}
     for variant, cmd in cmds.items():
         bodies[variant], walls[variant] = _run(cmd)
-        print(f"done: {sc.label} x{multiplier:g} {variant} in {walls[variant]:.0f}s",
-              file=sys.stderr)
-    return {"key": key, "scenario": sc, "multiplier": multiplier, "event": event,
-            "bodies": bodies, "walls": walls, "commands": cmds}
+        print(
+            f"done: {sc.label} x{multiplier:g} {variant} in {walls[variant]:.0f}s", file=sys.stderr
+        )
+    return {
+        "key": key,
+        "scenario": sc,
+        "multiplier": multiplier,
+        "event": event,
+        "bodies": bodies,
+        "walls": walls,
+        "commands": cmds,
+    }
 
 
-ROWS = (("reactive", "no window", "reactive (HPA)"),
-        ("predictive", "no window", "predictive, no window"),
-        ("predictive", "window", "predictive + window"),
-        ("oracle", "no window", "oracle"))
+ROWS = (
+    ("reactive", "no window", "reactive (HPA)"),
+    ("predictive", "no window", "predictive, no window"),
+    ("predictive", "window", "predictive + window"),
+    ("oracle", "no window", "oracle"),
+)
 
 
 def table(results: list[dict[str, Any]]) -> str:
@@ -252,9 +295,10 @@ def section(results: list[dict[str, Any]], out: Path, wall: float, jobs: int) ->
     shown = []
     for variant in ("no window", "window"):
         argv = [str(a).replace(str(out), "$OUT") for a in example["commands"][variant]]
-        shown.append("prescaler backtest " + " ".join(
-            a if a.startswith("$OUT/") else shlex.quote(a) for a in argv
-        ))
+        shown.append(
+            "prescaler backtest "
+            + " ".join(a if a.startswith("$OUT/") else shlex.quote(a) for a in argv)
+        )
     events = "\n".join(
         f"- {r['scenario'].label}, {r['multiplier']:g}x: {_iso(r['event']['start'])} to "
         f"{_iso(r['event']['end'])} UTC, declared `rps={r['event']['peak_rps']:.6g}` "
@@ -272,9 +316,7 @@ def section(results: list[dict[str, Any]], out: Path, wall: float, jobs: int) ->
         f"Events:\n\n{events}\n\n"
         "The commands for the first row group (`$OUT` is the output directory holding the "
         "generated trace):\n\n"
-        "```sh\n.venv/bin/python benchmarks/event_benchmark.py\n"
-        + "\n".join(shown)
-        + "\n```\n\n"
+        "```sh\n.venv/bin/python benchmarks/event_benchmark.py\n" + "\n".join(shown) + "\n```\n\n"
         f"Run times ({how}, on 2 shared cores; whole benchmark {wall / 60:.1f} min):\n\n"
         "| trace | event | no window: reactive, predictive, oracle (s) "
         "| window: predictive (s) |\n|---|---|---:|---:|\n"

@@ -193,7 +193,8 @@ def test_the_peak_seen_is_the_largest_demand_fading_toward_the_typical() -> None
     risk = PeakRisk()
     for t, demand in enumerate([10.0, 50.0, 10.0]):
         risk = observe_risk(risk, obj, float(t), demand)
-    assert risk.peak_demand is not None and 40 < risk.peak_demand < 50
+    assert risk.peak_demand is not None
+    assert 40 < risk.peak_demand < 50
     for t in range(3, 200):
         risk = observe_risk(risk, obj, float(t), 10.0)
     assert risk.peak_demand == pytest.approx(10.0, rel=0.01)
