@@ -53,6 +53,10 @@ MIN_DEADLINE = 180.0
 long deadline costs a passing test nothing; a short one fails on a busy machine."""
 
 
+RECONCILE_SECONDS = 1.0
+"""The test operators' reconcile period (a plan's lookahead covers it too)."""
+
+
 def wait_for(check: Callable[[], Any], timeout: float, what: str, interval: float = 0.25) -> Any:
     """Poll until ``check()`` is truthy; fail the test naming ``what`` otherwise. The
     deadline is ``timeout`` seconds, but never less than :data:`MIN_DEADLINE`."""
@@ -114,7 +118,7 @@ def running_operator(
         metrics=MetricsSettings(port=0),
         reconcile=replace(
             ReconcileSettings(
-                interval_seconds=1.0,
+                interval_seconds=RECONCILE_SECONDS,
                 forecast_workers=0,
                 forecast_wait_seconds=20.0,
                 kubeconfig=str(kubeconfig),
