@@ -155,6 +155,18 @@ def _counter(metrics: Metrics, name: str) -> float:
     )
 
 
+def _by_label(metrics: Metrics, name: str, label: str) -> dict[str, float]:
+    """A labelled counter's totals, by one label's value."""
+    out: dict[str, float] = {}
+    for family in metrics.registry.collect():
+        if family.name == name:
+            for s in family.samples:
+                if s.name.endswith("_total"):
+                    key = s.labels.get(label, "")
+                    out[key] = out.get(key, 0.0) + s.value
+    return out
+
+
 def _gauges(metrics: Metrics, name: str) -> dict[str, float]:
     """A per-pool gauge's values, by pool name."""
     return {
@@ -339,6 +351,7 @@ def run_one(
     metrics = op.metrics
     bounds, before, _, count0 = _histogram(metrics, "prescaler_reconcile_duration_seconds")
     fits0 = _counter(metrics, "prescaler_forecast_fits")
+    writes0 = _by_label(metrics, "prescaler_status_writes", "kind")
     cpu1, (_, child_cpu1) = time.process_time(), _children_rss_and_cpu()
     cluster1, busy1 = _cluster_cpu(), _machine_busy()
     t1 = time.monotonic()
@@ -358,6 +371,7 @@ def run_one(
     elapsed = time.monotonic() - t1
     _, after, _, count1 = _histogram(metrics, "prescaler_reconcile_duration_seconds")
     fits1 = _counter(metrics, "prescaler_forecast_fits")
+    writes1 = _by_label(metrics, "prescaler_status_writes", "kind")
     cpu2, (_, child_cpu2) = time.process_time(), _children_rss_and_cpu()
     cluster2, busy2 = _cluster_cpu(), _machine_busy()
     reasons = forecast_reasons(api, ns)
@@ -384,6 +398,11 @@ def run_one(
         "reconcile_p50_s_le": _quantile(bounds, before, after, 0.5),
         "reconcile_p99_s_le": _quantile(bounds, before, after, 0.99),
         "forecast_fits_per_min": round((fits1 - fits0) / minutes, 1),
+        # Status writes per minute: only the changes, the whole status, or none.
+        "status_writes_per_min": {
+            kind: round((n - writes0.get(kind, 0.0)) / minutes, 1)
+            for kind, n in sorted(writes1.items())
+        },
         "forecast_series": series,
         "stale_pools": stale,
         "forecast_reasons": reasons,
@@ -409,6 +428,21 @@ def run_one(
         "operator_rss_mib": round(peak_rss / 2**20),
         "fit_workers_rss_mib": round(peak_children / 2**20),
         "max_rss_mib_getrusage": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
+    }
+    # CPU of the whole stack per reconcile, by component (the fit processes are the
+    # operator's too; controller-manager, scheduler and kwok are "rest").
+    reconciles = max(1.0, count1 - count0)
+    cluster = {n: cpu - cluster1.get(n, 0.0) for n, cpu in cluster2.items()}
+    parts = {
+        "operator": (cpu2 - cpu1) + (child_cpu2 - child_cpu1),
+        "kube-apiserver": cluster.pop("kube-apiserver", 0.0),
+        "prometheus": cluster.pop("prometheus", 0.0),
+        "etcd": cluster.pop("etcd", 0.0),
+        "rest": sum(cluster.values()),
+    }
+    result["cpu_ms_per_reconcile"] = {
+        **{n: round(1000 * cpu / reconciles, 1) for n, cpu in parts.items()},
+        "total": round(1000 * sum(parts.values()) / reconciles, 1),
     }
     if restart:
         op = Operator(settings)

@@ -223,6 +223,14 @@ class Metrics:
         self.reconcile_errors = Counter(
             "prescaler_reconcile_errors_total", "Reconciles that failed", ("reason",), registry=r
         )
+        self.status_writes = Counter(
+            "prescaler_status_writes_total",
+            "Reconciles' status writes: only the changes, the whole status (the pool moved"
+            " on since it was read), or kept (nothing changed, or only observations, not"
+            " written yet)",
+            ("kind",),
+            registry=r,
+        )
         self.scale_events = Counter(
             "prescaler_scale_events_total",
             "Replica changes applied",

@@ -29,6 +29,7 @@ def _pool(kwargs: dict[str, Any], superseded_by: str | None = None) -> PoolObjec
         spec=dict(body.get("spec") or {}),
         status=dict(body.get("status") or {}),
         superseded_by=superseded_by,
+        resource_version=body["metadata"].get("resourceVersion"),
     )
 
 
@@ -96,7 +97,7 @@ def register(
             (o for key in keys if (o := target_owner(me, claims.get(key, []))) is not None), None
         )
         pool = _pool({"body": body}, superseded_by=owner)
-        await reconciler.write_status(pool, await reconciler.reconcile(pool))
+        await reconciler.run(pool)
 
     loops: Loops[tuple[kopf.Body, kopf.Index[Any, TargetClaim]]] = Loops(
         interval, reconcile, name="reconcile of pool", expected=(KubeError,)
@@ -117,6 +118,8 @@ def register(
     @kopf.on.cleanup(registry=registry)
     async def stop_loops(**_: Any) -> None:
         await loops.close()
+        if is_leader is None or is_leader():
+            await reconciler.flush()  # the statuses kept back, so a successor goes on
 
     if prewarmer is not None:
         # A raw watch event: kopf writes nothing to the pods (no finalizer, no annotation).

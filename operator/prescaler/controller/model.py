@@ -26,6 +26,9 @@ class PoolObject:
     status: Mapping[str, Any]
     superseded_by: str | None = None
     """An older pool that already scales the same target (see :func:`target_owner`)."""
+    resource_version: str | None = None
+    """The object's ``metadata.resourceVersion`` its status was read at (a status write
+    carries only what changed since, and only onto that version)."""
 
     @property
     def ref(self) -> ObjectRef:

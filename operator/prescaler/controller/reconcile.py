@@ -52,6 +52,7 @@ from prescaler.controller.model import (
 )
 from prescaler.controller.prewarm import Prewarmer, with_prewarm_condition
 from prescaler.controller.status import (
+    apply_merge_patch,
     combine_roles,
     compose_status,
     forecast_error,
@@ -60,17 +61,21 @@ from prescaler.controller.status import (
     learn_against_hpa,
     learn_cold_start,
     learn_risk,
+    merge_patch,
+    observation_only,
     parse_rfc3339,
     parse_status,
     recent_targets,
     risk_status,
     role_previous,
     shortfall,
+    status_ops,
     status_patch,
     unschedulable,
 )
 from prescaler.kube import (
     DELETION_COST_ANNOTATION,
+    HASH_ANNOTATION,
     POOL_LABEL,
     ROLE_DEGRADATION,
     ROLE_HOT,
@@ -122,6 +127,16 @@ from prescaler.sources import (
 )
 
 DEFAULT_PRIORITY_CLASS = "prescaler-placeholder"
+SHARED_SNAPSHOT_SECONDS = 15.0
+"""Pools reading one series share its instant queries for this long (Prometheus' own
+default scrape interval), or half a reconcile period if that is shorter."""
+CHECKPOINT_PERIODS = 5
+"""A status whose changes are only observations is written once in this many reconcile
+periods (kept in memory meanwhile; an operator that crashes loses at most that much of its
+learning, and one that stops writes it first)."""
+RECHECK_PERIODS = 10
+"""A degradation ConfigMap whose content did not change is read back once in this many
+reconcile periods (else never, as long as its content stays)."""
 
 
 def demand_series_id(
@@ -146,6 +161,15 @@ def demand_series_id(
 
 
 @dataclass
+class _Shared:
+    """One snapshot of a series, its time, and the fleets that got it."""
+
+    future: asyncio.Future[Snapshot]
+    at: float
+    users: set[str]
+
+
+@dataclass
 class Reconciler:
     """Reconciles pools; holds per-pool caches (Prometheus sources, forecasts)."""
 
@@ -162,8 +186,27 @@ class Reconciler:
     prewarm: Prewarmer | None = None
     """Warm-up of new pods (``spec.prewarm``); without it the spec field is ignored."""
     _sources: dict[str, tuple[str, PrometheusSource]] = field(default_factory=dict)
+    _snapshots: dict[str, _Shared] = field(default_factory=dict)
+    """The last snapshot of each source (by its key), shared by the pools that read it."""
+    _pods: dict[str, tuple[str, tuple[PodStart, ...]]] = field(default_factory=dict)
+    """Each fleet's target pods, with the target's resourceVersion they were read at."""
+    _hpas: dict[str, tuple[float, list[Hpa]]] = field(default_factory=dict)
+    """The HPAs of each namespace and when they were listed (shared by its pools)."""
+    _kept: dict[str, tuple[PoolObject, dict[str, Any]]] = field(default_factory=dict)
+    """Statuses not written yet (only observations moved), by pool uid, with the pool
+    as read (its resourceVersion and stored status)."""
+    _written: dict[str, float] = field(default_factory=dict)
+    """When this reconciler last wrote each pool's status."""
+    _ensured: dict[tuple[str, str], tuple[str, float]] = field(default_factory=dict)
+    """Degradation ConfigMaps this reconciler wrote or found current: content hash, when."""
     _witnessed_from: float | None = None
     """This reconciler's first reconcile: idleness is only what it saw from then on."""
+
+    @property
+    def _recheck(self) -> float:
+        """How often an object this reconciler keeps is read back although its content
+        did not change (someone may have deleted or edited it)."""
+        return RECHECK_PERIODS * self.interval_seconds
 
     def __post_init__(self) -> None:
         for reason in INVALID_REASONS:  # at 0, so "no errors" is a series and not nothing
@@ -175,16 +218,94 @@ class Reconciler:
             cached = self._sources.pop(fleet_key(pool.uid, role), None)
             if cached is not None:
                 cached[1].close()
+            self._pods.pop(fleet_key(pool.uid, role), None)
             self.forecasts.forget(fleet_key(pool.uid, role))
             self.metrics.forget(pool.namespace, fleet_label(pool.name, role))
+        self._ensured.pop((pool.namespace, object_name(pool.name, ROLE_DEGRADATION)), None)
+        self._kept.pop(pool.uid, None)
+        self._written.pop(pool.uid, None)
         if self.prewarm is not None:
             self.prewarm.forget_pool(pool.uid)
 
-    async def write_status(self, pool: PoolObject, patch: dict[str, Any]) -> None:
-        """Write a reconcile's status patch (retried on conflicts, throttling and server
-        errors by the adapter); a pool deleted meanwhile is not an error."""
+    async def run(self, pool: PoolObject) -> None:
+        """Reconcile once and write the status (see :meth:`write_status`). A status this
+        reconciler kept back is the previous one while the pool has not changed since."""
+        kept = self._kept.pop(pool.uid, None)
+        base = pool
+        if kept is not None and kept[0].resource_version == pool.resource_version:
+            base = replace(pool, status=kept[1])
+        patch = await self.reconcile(base)
+        await self.write_status(pool, patch, base.status)
+
+    async def write_status(
+        self, pool: PoolObject, patch: dict[str, Any], base: Mapping[str, Any] | None = None
+    ) -> None:
+        """Write a reconcile's status patch (made from ``base``, by default the pool's
+        status), retried on conflicts, throttling and server errors by the adapter; a pool
+        deleted meanwhile is not an error.
+
+        Each write costs the API server and etcd in proportion to the whole object, and
+        comes back as a watch event, so: only what changed is sent, as a JSON patch onto
+        the version the status was read at (if the pool changed since, the whole merge
+        patch is written instead). Nothing is sent when nothing changed. When only
+        observations changed (:func:`~prescaler.controller.status.observation_only`:
+        demand, forecast, risk model, shadow HPA, timestamps), the status is kept here and
+        the next reconcile goes on from it; it is written once this reconciler's last
+        write of the pool is :data:`CHECKPOINT_PERIODS` reconcile periods old, with any
+        other change, and when the operator stops (:meth:`flush`)."""
+        stored = dict(pool.status)
+        new = apply_merge_patch(dict(stored if base is None else base), patch)
+        now = self.clock()
+        if pool.resource_version is not None:
+            ops = status_ops(stored, new)
+            written = self._written.get(pool.uid)
+            checkpoint = CHECKPOINT_PERIODS * self.interval_seconds
+            if not ops or (
+                written is not None
+                and now - written < checkpoint
+                and all(observation_only(op) for op in ops)
+            ):
+                if ops:
+                    self._kept[pool.uid] = (pool, new)
+                self.metrics.status_writes.labels("kept").inc()
+                return
+            with contextlib.suppress(NotFound):
+                try:
+                    await self.kube.patch_status_ops(
+                        GROUP,
+                        VERSION,
+                        PLURAL,
+                        pool.namespace,
+                        pool.name,
+                        pool.resource_version,
+                        ops,
+                    )
+                    self.metrics.status_writes.labels("changes").inc()
+                    self._written[pool.uid] = now
+                    return
+                except KubeError as exc:
+                    if exc.status != 422:  # 422: the pool moved on since it was read
+                        raise
         with contextlib.suppress(NotFound):
-            await self.kube.patch_status(GROUP, VERSION, PLURAL, pool.namespace, pool.name, patch)
+            await self.kube.patch_status(
+                GROUP, VERSION, PLURAL, pool.namespace, pool.name, merge_patch(stored, new)
+            )
+            self.metrics.status_writes.labels("whole").inc()
+            self._written[pool.uid] = now
+
+    async def flush(self) -> None:
+        """Write the statuses kept back (see :meth:`write_status`), e.g. before the
+        operator stops; a pool that changed since keeps what it has."""
+        kept, self._kept = self._kept, {}
+        for pool, new in kept.values():
+            ops = status_ops(dict(pool.status), new)
+            if not ops or pool.resource_version is None:
+                continue
+            with contextlib.suppress(KubeError):
+                await self.kube.patch_status_ops(
+                    GROUP, VERSION, PLURAL, pool.namespace, pool.name, pool.resource_version, ops
+                )
+                self.metrics.status_writes.labels("changes").inc()
 
     async def reconcile(self, pool: PoolObject) -> dict[str, Any]:
         """Reconcile once; returns the status merge patch to write."""
@@ -341,9 +462,7 @@ class Reconciler:
         except NotFound as exc:
             raise InvalidPool("TargetNotFound", f"target not found: {exc}") from None
 
-        pods: list[PodStart] = []
-        if workload.selector:
-            pods = await self.kube.list_pod_starts(ns, workload.selector)
+        pods = await self._target_pods(fleet_key(pool.uid, role), ns, workload)
         cold_start = learn_cold_start(previous.cold_start, spec.cold_start, pods, now)
         hot_pods: list[PodStart] = []
         was_hot = previous.standby.hot if previous.standby is not None else None
@@ -357,9 +476,8 @@ class Reconciler:
         forecast: ForecastResult | None = None
         if spec.forecast is not None:
             source, series_id = await self._source(pool, role, spec)
-            loop = asyncio.get_running_loop()
             try:
-                snapshot = await loop.run_in_executor(self.io_executor, source.snapshot, now)
+                snapshot = await self._snapshot(pool, role, source, now)
                 if not snapshot.available:
                     problem = "; ".join(snapshot.problems) or "no demand data"
             except PromQLError as exc:
@@ -380,20 +498,73 @@ class Reconciler:
             snapshot,
             problem,
             forecast,
-            pods=tuple(pods),
+            pods=pods,
             hot_pods=tuple(hot_pods),
             idle_since=idle,
             current_writer=writer,
             hpa=scaler,
         )
 
+    async def _target_pods(
+        self, key: str, namespace: str, workload: Workload
+    ) -> tuple[PodStart, ...]:
+        """The target's pods. Read again only when the target moved (its resourceVersion
+        follows its pods' readiness) or some pod was not Ready: pods that were all Ready
+        in an unchanged target are what they were."""
+        if not workload.selector:
+            return ()
+        kept = self._pods.get(key)
+        if kept is not None and kept[0] == workload.resource_version:
+            return kept[1]
+        pods = tuple(await self.kube.list_pod_starts(namespace, workload.selector))
+        settled = len(pods) == workload.replicas == workload.ready_replicas and all(
+            p.ready and not p.terminating for p in pods
+        )
+        if settled and workload.resource_version is not None:
+            self._pods[key] = (workload.resource_version, pods)
+        else:
+            self._pods.pop(key, None)
+        return pods
+
+    async def _snapshot(
+        self, pool: PoolObject, role: Role | None, source: PrometheusSource, now: float
+    ) -> Snapshot:
+        """The source's snapshot at ``now``, shared: pools reading the same series (the
+        same source key) within :data:`SHARED_SNAPSHOT_SECONDS` (at most half the
+        reconcile period) get one set of instant queries, and those that ask meanwhile
+        wait for it. A pool never gets the same snapshot twice; errors are not shared."""
+        fleet = fleet_key(pool.uid, role)
+        key = self._sources[fleet][0]
+        fresh = min(SHARED_SNAPSHOT_SECONDS, self.interval_seconds / 2)
+        kept = self._snapshots.get(key)
+        if (
+            kept is not None
+            and now - kept.at < fresh
+            and fleet not in kept.users
+            and not (kept.future.done() and (kept.future.cancelled() or kept.future.exception()))
+        ):
+            kept.users.add(fleet)
+            return await asyncio.shield(kept.future)
+        loop = asyncio.get_running_loop()
+        future = loop.run_in_executor(self.io_executor, source.snapshot, now)
+        self._snapshots[key] = _Shared(future, now, {fleet})
+        for old in [k for k, v in self._snapshots.items() if now - v.at > 2 * fresh]:
+            del self._snapshots[old]
+        return await asyncio.shield(future)
+
     async def _hpa_on(self, namespace: str, workload: Workload) -> Hpa | None:
         """An HPA that scales ``workload`` (the one a team runs today, whose target the
-        shadow HPA takes), if any. Unreadable HPAs leave the shadow at its default."""
-        try:
-            hpas = await self.kube.list_hpas(namespace)
-        except KubeError:
-            return None
+        shadow HPA takes), if any. Unreadable HPAs leave the shadow at its default. The
+        namespace's HPAs are listed once per reconcile period, for all its pools."""
+        listed = self._hpas.get(namespace)
+        if listed is not None and self.clock() - listed[0] < self.interval_seconds:
+            hpas = listed[1]
+        else:
+            try:
+                hpas = await self.kube.list_hpas(namespace)
+            except KubeError:
+                return None
+            self._hpas[namespace] = (self.clock(), hpas)
         found = [
             h for h in hpas if (h.target_kind, h.target_name) == (workload.kind, workload.name)
         ]
@@ -493,6 +664,7 @@ class Reconciler:
             for p in gathered.pods
             if p.ready and p.role != ROLE_PROMOTED
         ]
+        self._pods.pop(fleet_key(pool.uid, role), None)  # their deletion costs change
         if spec.forecast is None:
             return drain_plan(pods, None, "no spec.forecast")
         source, _ = await self._source(pool, role, spec)
@@ -639,13 +811,19 @@ class Reconciler:
         name = object_name(pool.name, ROLE_DEGRADATION)
         if spec.degradation.config_map:
             body = degradation.degradation_status(assessment, name)
-            await self.kube.ensure(
-                degradation_config_map(pool.ref, degradation.config_map_data(pool.name, body))
-            )
+            wanted = degradation_config_map(pool.ref, degradation.config_map_data(pool.name, body))
+            digest = wanted["metadata"]["annotations"][HASH_ANNOTATION]
+            written = self._ensured.get((pool.namespace, name))
+            now = self.clock()
+            # Written by this reconciler with this content lately: not read again each time.
+            if written is None or written[0] != digest or now - written[1] >= self._recheck:
+                await self.kube.ensure(wanted)
+                self._ensured[(pool.namespace, name)] = (digest, now)
         else:
             was = previous.degradation.config_map if previous.degradation is not None else None
             if was is not None:
                 await self.kube.delete(pool.namespace, "ConfigMap", name)
+            self._ensured.pop((pool.namespace, name), None)
         if assessment.changed:
             type_, reason, message = degradation.change_event(previous, assessment)
             await self.kube.post_event(pool.ref, type_, reason, message)

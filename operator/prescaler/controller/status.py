@@ -5,6 +5,7 @@ everything is a function of its arguments."""
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
@@ -572,17 +573,105 @@ def status_patch(previous: dict[str, Any], status: InferencePoolStatus) -> dict[
     """A merge patch that turns ``previous`` into ``status``: keys that are gone are set to
     null at every depth (a merge patch merges nested objects, so a key left out of a nested
     object, such as a role's ``externalChange``, would otherwise stay)."""
-    return _merge_patch(previous, status.wire())
+    return merge_patch(previous, status.wire())
 
 
-def _merge_patch(previous: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
+def merge_patch(previous: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
+    """A merge patch (RFC 7386) that turns the JSON object ``previous`` into ``new``."""
     patch: dict[str, Any] = {key: None for key in previous if key not in new}
     for key, value in new.items():
         old = previous.get(key)
         if isinstance(old, dict) and isinstance(value, dict):
-            value = _merge_patch(old, value)
+            value = merge_patch(old, value)
         patch[key] = value
     return patch
+
+
+def apply_merge_patch(previous: dict[str, Any], patch: dict[str, Any]) -> dict[str, Any]:
+    """What a JSON merge patch (RFC 7386) makes of ``previous``: nested objects merge, a
+    null removes, anything else (lists too) replaces."""
+    out = dict(previous)
+    for key, value in patch.items():
+        if value is None:
+            out.pop(key, None)
+        elif isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = apply_merge_patch(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def status_ops(previous: dict[str, Any], new: dict[str, Any]) -> list[dict[str, Any]]:
+    """A JSON patch (RFC 6902) that turns the status ``previous`` into ``new``, carrying
+    only what changed (empty: nothing did). Lists of the same length are patched element
+    by element, so one hour of ``againstHpa.hours`` changing sends that hour, not the
+    week; a list whose per-element patch would be longer than itself is replaced."""
+    if not previous:
+        return [] if not new else [{"op": "add", "path": "/status", "value": new}]
+    return _ops("/status", previous, new)
+
+
+OBSERVATIONS = (
+    "/demand",
+    "/forecast",
+    "/risk",
+    "/againstHpa",
+    "/plan/reason",
+    "/plan/lookaheadSeconds",
+    "/plan/recentTargets",
+    "/degradation/forecastShortfallPercent",
+    "/degradation/forecastShortfallTokensPerSecond",
+)
+"""Status paths (of a pool, or of a role under ``roles``) that move with every reconcile's
+measurements and learning: demand, the forecast, the risk model, the comparison with a
+shadow HPA, the plan's wording. A change there alone need not be written at once."""
+_DECISIONS = ("/forecast/selection",)
+"""Exceptions under :data:`OBSERVATIONS`: a new auto-selection is written at once."""
+
+
+def observation_only(op: dict[str, Any]) -> bool:
+    """A JSON patch operation (of :func:`status_ops`) that only moves an observation
+    (:data:`OBSERVATIONS`) or a timestamp (e.g. a condition's message unchanged, only
+    the time the plan's last target was seen)."""
+    path = op["path"].removeprefix("/status")
+    if path.startswith("/roles/"):
+        path = "/" + path.removeprefix("/roles/").partition("/")[2]
+    if not any(path == p or path.startswith(p + "/") for p in _DECISIONS) and any(
+        path == p or path.startswith(p + "/") for p in OBSERVATIONS
+    ):
+        return True
+    value = op.get("value")
+    return op["op"] == "replace" and isinstance(value, str) and parse_rfc3339(value) is not None
+
+
+def _pointer(key: str) -> str:
+    return key.replace("~", "~0").replace("/", "~1")
+
+
+def _ops(path: str, old: Any, new: Any) -> list[dict[str, Any]]:
+    if isinstance(old, dict) and isinstance(new, dict):
+        ops: list[dict[str, Any]] = [
+            {"op": "remove", "path": f"{path}/{_pointer(k)}"} for k in old if k not in new
+        ]
+        for key, value in new.items():
+            where = f"{path}/{_pointer(key)}"
+            if key not in old:
+                ops.append({"op": "add", "path": where, "value": value})
+            else:
+                ops += _ops(where, old[key], value)
+        return ops
+    if isinstance(old, list) and isinstance(new, list) and len(old) == len(new):
+        ops = [
+            op
+            for i, (a, b) in enumerate(zip(old, new, strict=True))
+            for op in _ops(f"{path}/{i}", a, b)
+        ]
+        if len(ops) <= 1 or len(json.dumps(ops)) < len(json.dumps(new)):
+            return ops
+        return [{"op": "replace", "path": path, "value": new}]
+    if old == new and isinstance(old, bool) == isinstance(new, bool):
+        return []  # 2 and 2.0 alike: the API server keeps a whole float as an integer
+    return [{"op": "replace", "path": path, "value": new}]
 
 
 def parse_status(raw: dict[str, Any] | None) -> InferencePoolStatus:

@@ -51,6 +51,7 @@ RETRY_AFTER_LIMIT = 30.0
 """The longest ``Retry-After`` obeyed; a longer one is cut to this."""
 MERGE_PATCH = "application/merge-patch+json"
 STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"
+JSON_PATCH = "application/json-patch+json"
 DELETION_COST_ANNOTATION = "controller.kubernetes.io/pod-deletion-cost"
 """The ReplicaSet controller removes pods with the lowest cost first on a scale-down."""
 
@@ -219,6 +220,16 @@ class KubeApi(Protocol):
         name: str,
         status: dict[str, Any],
     ) -> None: ...
+    async def patch_status_ops(
+        self,
+        group: str,
+        version: str,
+        plural: str,
+        namespace: str,
+        name: str,
+        resource_version: str,
+        ops: list[dict[str, Any]],
+    ) -> None: ...
     async def delete_pod(self, namespace: str, name: str) -> None: ...
     async def read_secret(self, namespace: str, name: str) -> dict[str, str]: ...
     async def read_config_map(self, namespace: str, name: str) -> dict[str, str]: ...
@@ -346,6 +357,7 @@ class KubeClient:
             selector=label_selector(spec.get("selector") or {}),
             template=spec.get("template") or {},
             replicas_writer=field_writer(obj, ("spec", "replicas")),
+            resource_version=(obj.get("metadata") or {}).get("resourceVersion"),
         )
 
     async def patch_scale(self, namespace: str, kind: str, name: str, replicas: int) -> None:
@@ -434,6 +446,32 @@ class KubeClient:
             _content_type=MERGE_PATCH,
             field_manager=FIELD_MANAGER,
             conflicts=True,
+        )
+
+    async def patch_status_ops(
+        self,
+        group: str,
+        version: str,
+        plural: str,
+        namespace: str,
+        name: str,
+        resource_version: str,
+        ops: list[dict[str, Any]],
+    ) -> None:
+        """A JSON patch (RFC 6902) of a custom object's status subresource, applied only
+        to the object at ``resource_version``: otherwise the API server refuses it (422,
+        :class:`KubeError`) and nothing is written."""
+        test = {"op": "test", "path": "/metadata/resourceVersion", "value": resource_version}
+        await self._call(
+            self.custom.patch_namespaced_custom_object_status,
+            group,
+            version,
+            namespace,
+            plural,
+            name,
+            [test, *ops],
+            _content_type=JSON_PATCH,
+            field_manager=FIELD_MANAGER,
         )
 
     async def delete_pod(self, namespace: str, name: str) -> None:

@@ -65,6 +65,9 @@ class Workload:
     """The pod template (metadata and spec)."""
     replicas_writer: FieldWriter | None = None
     """Who last wrote ``spec.replicas`` (``None``: not recorded)."""
+    resource_version: str | None = None
+    """The object's ``metadata.resourceVersion``: it moves whenever its spec or status
+    does (its pods' readiness included)."""
 
 
 @dataclass(frozen=True, slots=True)
