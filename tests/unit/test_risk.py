@@ -186,6 +186,13 @@ def test_the_margin_sizes_at_most_twice_the_largest_demand_seen() -> None:
     # Without a peak yet (or below the ceiling) the margin stands as it is.
     assert plan(inputs(replace(wide, peak=None), observed=20)).risk_sized == 150
     assert plan(inputs(replace(SIZED, peak=50.0), observed=20)).risk_sized == 40
+    # Until calibrated, the forecast band's margin is under the same ceiling: a band of
+    # 60 over a mean of 30, with a peak seen of 20, sizes 40 (never below the mean's 30).
+    band = RiskSizing(margin=1.0, level=0.9, peak=20.0)
+    uncalibrated = plan(inputs(band, observed=20))
+    assert uncalibrated.risk_sized == 40
+    assert "at most 2x the peak seen" in uncalibrated.reason
+    assert plan(inputs(replace(band, peak=5.0), observed=20)).risk_sized == 30
 
 
 def test_the_peak_seen_is_the_largest_demand_fading_toward_the_typical() -> None:

@@ -416,9 +416,13 @@ def plan(inputs: PlanInputs) -> ScalePlan:
             if risk_sized < sized:
                 how += f", at most {PEAK_CEILING:g}x the peak seen"
         else:
-            # Not calibrated yet: the forecast's own upper band, or what arrives now.
-            risk_sized = max(risk_base, peak or 0.0)
+            # Not calibrated yet: the forecast's own upper band, or what arrives now; the
+            # band's margin under the same ceiling as a calibrated one.
+            banded = max(risk_base, peak or 0.0)
+            risk_sized = capped_demand(banded, risk_base, inputs.risk.peak)
             how = f"the forecast's upper band or {source} {risk_base:.3g}, until calibrated"
+            if risk_sized < banded:
+                how += f", at most {PEAK_CEILING:g}x the peak seen"
         need = capacity.required(risk_sized)
         candidates.append(
             (
