@@ -21,9 +21,11 @@ from prescaler_demo.scenario import (
     Options,
     Scenario,
     TokenMeans,
+    choose_among,
     choose_stretch,
     foretold_ramp,
     ramp,
+    tenant_traces,
 )
 
 STEP = 600.0
@@ -42,12 +44,16 @@ def _days(n: int, base: float = 100.0) -> np.ndarray:
     return np.tile(day, n)
 
 
-def test_ramp_is_the_peak_after_the_lead_in_over_its_mean() -> None:
-    assert ramp(np.array([100.0, 100.0, 120.0, 150.0]), 2) == pytest.approx(1.5)
-    assert ramp(np.array([100.0, 50.0, 90.0]), 2) == pytest.approx(1.2)
+def test_ramp_is_the_highest_held_level_after_the_lead_in_over_its_mean() -> None:
+    assert ramp(np.array([100.0, 100.0, 120.0, 150.0, 150.0]), 2) == pytest.approx(1.5)
+    assert ramp(np.array([100.0, 50.0, 90.0, 90.0]), 2) == pytest.approx(1.2)
+    # A lone step is a blip: the level held for two steps counts.
+    assert ramp(np.array([100.0, 100.0, 400.0, 120.0, 110.0]), 2) == pytest.approx(1.2)
+    assert ramp(np.array([100.0, 100.0, 400.0, 120.0]), 2, hold=1) == pytest.approx(4.0)
     assert math.isnan(ramp(np.array([100.0, math.nan, 150.0]), 1))  # a gap
     assert math.isnan(ramp(np.array([100.0, 0.0, 150.0]), 1))  # zero: a collection gap
     assert math.isnan(ramp(np.array([100.0, 120.0]), 2))  # nothing after the lead-in
+    assert math.isnan(ramp(np.array([100.0, 100.0, 120.0]), 2))  # nothing held after it
 
 
 def test_foretold_is_the_median_over_the_days_before() -> None:
@@ -120,3 +126,55 @@ def test_the_pool_tells_the_forecaster_the_compressed_day_and_week(tmp_path: Pat
     assert spec.forecast.seasonality_periods == [8640, 60480]
     rows = {key: value for key, value, _, _ in scenario.non_default_settings()}
     assert rows["forecast.seasonalityPeriods"] == "8640,60480"
+
+
+def test_a_tenants_stronger_recurring_ramp_wins_and_a_tie_keeps_the_aggregate() -> None:
+    aggregate = _trace(_days(9))  # the daily 10:00 ramp, x1.5
+    tenant_rps = _days(9, base=20.0)
+    for d in range(9):  # a daily job at 03:00: x4 every day
+        tenant_rps[d * DAY_STEPS + 20 : d * DAY_STEPS + 23] = 80.0
+    tenant = Trace(aggregate.start, STEP, tenant_rps, name="tenant a")
+    st = choose_among([aggregate, tenant], 6, lead_steps=2)
+    assert st.trace.name == "tenant a"
+    assert st.score == pytest.approx(4.0)
+    assert 15 <= st.start_index % DAY_STEPS <= 18  # the 03:00 job after a flat lead-in
+    # An equal ramp in a tenant does not displace the aggregate.
+    twin = Trace(aggregate.start, STEP, _days(9), name="twin")
+    assert choose_among([aggregate, twin], 6, lead_steps=2).trace.name == "synthetic"
+    # A tenant with a one-off surprise (x4 on the last day only) scores what its days
+    # foretold, so the aggregate's recurring ramp wins.
+    surprise = _days(9, base=20.0)
+    surprise[8 * DAY_STEPS + 20 : 8 * DAY_STEPS + 23] = 80.0
+    loud = Trace(aggregate.start, STEP, surprise, name="surprise")
+    assert choose_among([aggregate, loud], 6, lead_steps=2).trace.name == "synthetic"
+    # Series without a qualifying stretch are skipped; with none at all, the first error.
+    short = Trace(aggregate.start, STEP, _days(3), name="short")
+    assert choose_among([short, aggregate], 6, lead_steps=2).trace.name == "synthetic"
+    with pytest.raises(ValueError, match="short: no gap-free stretch"):
+        choose_among([short], 6)
+
+
+def test_tenant_series_come_from_the_per_client_file_with_the_aggregates_gaps(
+    tmp_path: Path,
+) -> None:
+    rps = _days(1)
+    rps[5] = math.nan  # a collection gap in the aggregate
+    aggregate = Trace(1_704_067_200.0, STEP, rps, name="agg.csv")
+    trace_file = tmp_path / "m_aggregate_rate_10min.csv"
+    trace_file.write_text("t_sec,rate_rps\n")
+    assert tenant_traces(trace_file, aggregate) == []  # no per-client file
+    t = np.arange(DAY_STEPS) * STEP
+    clients = tmp_path / "m_per_client_rate_10min.csv"
+    clients.write_text(
+        "t_sec,client_0,client_1,trickle\n"
+        + "".join(f"{x:g},{i % 7},2.5,{0.5 + (i == 9) * 30}\n" for i, x in enumerate(t))
+    )
+    tenants = tenant_traces(trace_file, aggregate)
+    # The trickle (0.5 req/s but for one step of 30.5) is not a pool of its own.
+    assert [x.name for x in tenants] == ["agg.csv, tenant client_0", "agg.csv, tenant client_1"]
+    assert (tenants[0].start, tenants[0].step_seconds) == (aggregate.start, STEP)
+    assert (tenants[0].rps[3], tenants[1].rps[3]) == (3.0, 2.5)
+    assert all(math.isnan(x.rps[5]) for x in tenants)
+    # A file on another grid is not the trace's tenants.
+    clients.write_text("t_sec,client_0\n0,1\n600,2\n")
+    assert tenant_traces(trace_file, aggregate) == []

@@ -27,7 +27,7 @@ def parse(argv: list[str] | None) -> tuple[Options, Path]:
         "--minutes",
         type=float,
         default=float(env.get("DEMO_MINUTES", d.minutes)),
-        help="minutes of live play (default 6: the demo ends within 10 minutes)",
+        help="minutes of live play (default 7: the demo ends within 10 minutes)",
     )
     p.add_argument(
         "--trace",
@@ -70,7 +70,7 @@ def parse(argv: list[str] | None) -> tuple[Options, Path]:
         "--window-in",
         type=float,
         default=d.window_in_seconds,
-        help="seconds from the live start to the scheduled window (300)",
+        help="seconds from the live start to the scheduled window (360)",
     )
     p.add_argument(
         "--window-minutes",
@@ -91,6 +91,11 @@ def parse(argv: list[str] | None) -> tuple[Options, Path]:
         help="the window's pre-warm lead, seconds (150)",
     )
     p.add_argument(
+        "--no-tenants",
+        action="store_true",
+        help="choose the stretch from the trace itself only, not from its tenants' series",
+    )
+    p.add_argument(
         "--describe",
         action="store_true",
         help="print the stretch and the settings, and the pool; start nothing",
@@ -108,6 +113,7 @@ def parse(argv: list[str] | None) -> tuple[Options, Path]:
         window_minutes=a.window_minutes,
         window_replicas=a.window_replicas,
         window_lead_seconds=a.window_lead,
+        tenants=not a.no_tenants,
     )
     out = a.out if a.out.is_absolute() else PROJECT_ROOT / a.out
     if a.describe:

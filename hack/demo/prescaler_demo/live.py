@@ -40,7 +40,7 @@ from prescaler_demo.report import (
     plot,
     prescaler_scores,
 )
-from prescaler_demo.scenario import Scenario
+from prescaler_demo.scenario import HOLD_STEPS, Scenario
 
 CRD_FILE = PROJECT_ROOT / "crds" / f"{PLURAL}.{GROUP}.yaml"
 OPERATOR_ENV = {
@@ -538,8 +538,9 @@ def describe(sc: Scenario) -> None:
     )
     say(
         f"   rule: the strongest recurring ramp the history foretells: after a week of history, "
-        f"the gap-free {st.steps}-step stretch whose ramp (peak after a {st.lead_steps}-step "
-        f"lead-in over the lead-in) is highest both here and, as the median, at the same time "
+        f"the gap-free {st.steps}-step stretch, of the trace or of one of its tenants, whose "
+        f"ramp (the highest level held for {HOLD_STEPS} steps after a {st.lead_steps}-step "
+        f"lead-in, over the lead-in) is highest both here and, as the median, at the same time "
         f"of day on the {st.days} days before it: here {st.rise:.2f}x, foretold "
         f"{st.foretold:.2f}x"
     )

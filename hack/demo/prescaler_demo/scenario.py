@@ -14,12 +14,13 @@ from __future__ import annotations
 
 import math
 import string
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pandas as pd
 import yaml
 
 from prescaler.api import ForecastSpec, InferencePoolSpec, capacity_model, parse_spec
@@ -37,19 +38,22 @@ class Options:
 
     trace: Path
     fmt: str = "servegen"
-    minutes: float = 6.0
+    minutes: float = 7.0
     seconds_per_step: float = 60.0
     peak_replicas: int = 10
     max_replicas: int = 16
     min_replicas: int = 2
     cold_start_seconds: float = 60.0
-    window_in_seconds: float = 300.0
+    window_in_seconds: float = 360.0
     window_minutes: float = 1.0
     window_replicas: int = 12
     window_lead_seconds: int = 150
     tokens_per_second: float = 6000.0
     namespace: str = "prescaler-demo"
     name: str = "llama-chat"
+    tenants: bool = True
+    """Let the rule consider each tenant's series too (a per-client file next to the
+    trace), as a pool that serves one tenant would see it."""
 
 
 @dataclass(frozen=True)
@@ -93,23 +97,40 @@ class Stretch:
         return f"d{int(t // 86_400) + 1} {clock}"
 
 
-def ramp(segment: np.ndarray, lead_steps: int) -> float:
-    """How far a stretch ramps: its peak after the first ``lead_steps`` over their mean;
-    NaN when the stretch has a collection gap (a NaN or a zero) or no step after the lead-in."""
+HOLD_STEPS = 2
+"""A ramp is a level that lasts: the highest level held for this many consecutive steps.
+A lone step is a blip, not a ramp (the forecasters' smoothing rightly treats it as noise,
+and capacity for it would be Ready when it is gone)."""
+
+
+def ramp(segment: np.ndarray, lead_steps: int, hold: int = HOLD_STEPS) -> float:
+    """How far a stretch ramps: the highest level held for ``hold`` consecutive steps after
+    the first ``lead_steps``, over their mean; NaN when the stretch has a collection gap (a
+    NaN or a zero) or fewer than ``hold`` steps after the lead-in."""
     seg = np.asarray(segment, dtype=float)
-    if len(seg) <= lead_steps or lead_steps < 1 or not (np.isfinite(seg).all() and (seg > 0).all()):
+    if len(seg) < lead_steps + max(1, hold) or lead_steps < 1:
         return math.nan
-    return float(seg[lead_steps:].max() / seg[:lead_steps].mean())
+    if not (np.isfinite(seg).all() and (seg > 0).all()):
+        return math.nan
+    after = seg[lead_steps:]
+    held = np.lib.stride_tricks.sliding_window_view(after, max(1, hold)).min(axis=1).max()
+    return float(held / seg[:lead_steps].mean())
 
 
 def foretold_ramp(
-    rps: np.ndarray, start: int, steps: int, lead_steps: int, period_steps: int, days: int
+    rps: np.ndarray,
+    start: int,
+    steps: int,
+    lead_steps: int,
+    period_steps: int,
+    days: int,
+    hold: int = HOLD_STEPS,
 ) -> tuple[float, int]:
     """The ramp the seasonal history foretells for the stretch at ``start``: the median of
     :func:`ramp` at the same time of day on each of the ``days`` days before it that has
     no gap there; with the number of such days."""
     past = [
-        ramp(rps[start - d * period_steps : start - d * period_steps + steps], lead_steps)
+        ramp(rps[start - d * period_steps : start - d * period_steps + steps], lead_steps, hold)
         for d in range(1, days + 1)
         if start - d * period_steps >= 0
     ]
@@ -139,15 +160,16 @@ def choose_stretch(
     if steps < 2:
         raise ValueError("the live play needs at least 2 trace steps")
     lead = max(1, min(lead_steps, steps - 1))
+    hold = max(1, min(HOLD_STEPS, steps - lead))  # a short play holds what it can
     history = math.ceil(WEEK / trace.step_seconds)
     period = max(1, round(period_seconds / trace.step_seconds))
     rps = np.asarray(trace.rps, dtype=float)
     best: Stretch | None = None
     for s in range(history, len(rps) - steps + 1):
-        rise = ramp(rps[s : s + steps], lead)
+        rise = ramp(rps[s : s + steps], lead, hold)
         if not math.isfinite(rise):
             continue
-        foretold, seen = foretold_ramp(rps, s, steps, lead, period, days)
+        foretold, seen = foretold_ramp(rps, s, steps, lead, period, days, hold)
         if seen < min_days:
             continue
         candidate = Stretch(trace, s, steps, history, rise, foretold, lead, seen)
@@ -160,6 +182,56 @@ def choose_stretch(
             f"(the trace has {len(rps)} steps of {trace.step_seconds:g} s)"
         )
     return best
+
+
+def choose_among(traces: list[Trace], steps: int, *, lead_steps: int = 2) -> Stretch:
+    """:func:`choose_stretch` over several series (the first is the trace itself): the
+    highest score wins, the earlier series on a tie. Series without a qualifying stretch
+    are skipped; if none has one, the first one's error is raised."""
+    best: Stretch | None = None
+    first_error: ValueError | None = None
+    for trace in traces:
+        try:
+            candidate = choose_stretch(trace, steps, lead_steps=lead_steps)
+        except ValueError as exc:
+            first_error = first_error or exc
+            continue
+        if best is None or candidate.score > best.score:
+            best = candidate
+    if best is None:
+        raise first_error or ValueError("no series to choose a stretch from")
+    return best
+
+
+MIN_TENANT_RPS = 1.0
+"""A tenant series takes part when its median rate is at least this many requests/s: below
+it, a tenant is a trickle, not a pool of its own, and its ramps are ratios of a trickle
+(0.1 to 30 req/s reads as x300)."""
+
+
+def tenant_traces(trace_path: Path, trace: Trace) -> list[Trace]:
+    """Each tenant's series, from a per-client rate file next to the trace (ServeGen's
+    ``*_per_client_rate_*``: ``t_sec`` and one column of requests/s per client, on the
+    aggregate's grid), for tenants with a median rate of at least :data:`MIN_TENANT_RPS`.
+    A tenant's rate is missing where the aggregate has a collection gap; none when there is
+    no such file or its grid differs from the trace's."""
+    files = sorted(trace_path.parent.glob("*per_client_rate*"))
+    if not files:
+        return []
+    frame = pd.read_csv(files[0])
+    if "t_sec" not in frame.columns or len(frame) != len(trace.rps):
+        return []
+    gap = ~np.isfinite(np.asarray(trace.rps, dtype=float))
+    out = []
+    for column in frame.columns:
+        if column == "t_sec":
+            continue
+        rps = frame[column].to_numpy(dtype=float, copy=True)
+        rps[gap] = math.nan
+        if not np.nanmedian(rps) >= MIN_TENANT_RPS:
+            continue
+        out.append(replace(trace, rps=rps, name=f"{trace.name}, tenant {column}"))
+    return out
 
 
 @dataclass(frozen=True)
@@ -311,7 +383,8 @@ def build(options: Options) -> Scenario:
     # The ramp is measured after a lead-in of two cold starts: time for the operator's
     # first forecast and for the replicas it asks for to be Ready.
     lead = max(1, math.ceil(2 * options.cold_start_seconds / options.seconds_per_step))
-    stretch = choose_stretch(trace, steps, lead_steps=lead)
+    series = [trace, *(tenant_traces(options.trace, trace) if options.tenants else [])]
+    stretch = choose_among(series, steps, lead_steps=lead)
     tokens = token_means(options.trace, trace)
     # Size through the very pool the demo applies (same capacity model as the operator).
     draft = Scenario(options, stretch, tokens, 1.0, 1.0, 1, 1.0)
