@@ -26,6 +26,7 @@ from prescaler.backtest import (
 from prescaler.capacity import CapacityModel, TokenProfile
 from prescaler.cli import main
 from prescaler.planning import DegradationPolicy, ScalingPolicy
+from prescaler.settings import ReconcileSettings
 
 CAP = 1000.0  # tokens/s per replica; requests of 100 tokens: 10 requests/s per replica
 CAPACITY = CapacityModel(TokenProfile(80.0, 20.0), tokens_per_second=CAP)
@@ -361,7 +362,8 @@ def test_cli_reports_levels_per_policy_and_keeps_the_contract(tmp_path: Path) ->
     )
     assert code == 0
     body = json.loads(out.read_text())
-    assert body["degradation"]["assess_every_seconds"] == 30.0
+    # The predictive policy's decisions: the operator's reconcile period.
+    assert body["degradation"]["assess_every_seconds"] == ReconcileSettings().interval_seconds
     assert body["degradation"]["forecasts_from"] == "predictive"
     for name in ("reactive", "predictive"):
         policy = body["policies"][name]

@@ -56,7 +56,6 @@ OPERATOR_ENV = {
         "one pool: no restart herd to spread, fit at once",
     ),
 }
-RECONCILE_INTERVAL = ("15", "30", "a timeline row every 15-30 s needs fresh plans")
 SCRAPE_SECONDS = 5.0
 
 
@@ -346,14 +345,14 @@ def _with_api(
         "prescaler-operator",
         [
             sys.executable, "-m", "prescaler.cli", "run", "--namespace", ns,
-            "--metrics-port", str(procs.free_port()), "--interval", RECONCILE_INTERVAL[0],
+            "--metrics-port", str(procs.free_port()),
         ],
         out,
         tie_to_parent=True,
         env=op_env,
     )  # fmt: skip
     stack.procs.append(operator)
-    say(f"   prescaler run --namespace {ns} --interval {RECONCILE_INTERVAL[0]}")
+    say(f"   prescaler run --namespace {ns}")
     say(f"   operator log: {operator.log}")
     say(
         f"   window 'launch' opens at {_clock(result.window_start, start)} for "
@@ -563,8 +562,6 @@ def describe(sc: Scenario) -> None:
     for key, value, default, why in rows:
         say(f"     {key:<28}{value:>14} (default {default}): {why}")
     say("   operator settings (prescaler run):")
-    say(f"     {'--interval':<28}{RECONCILE_INTERVAL[0]:>14} (default {RECONCILE_INTERVAL[1]}): "
-        f"{RECONCILE_INTERVAL[2]}")  # fmt: skip
     for key, (value, default, why) in OPERATOR_ENV.items():
         say(f"     {key:<28}{value:>14} (default {default}): {why}")
     day, week = sc.seasonality_periods()[0], sc.seasonality_periods()[-1]
