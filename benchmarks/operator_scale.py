@@ -10,7 +10,13 @@ otherwise. The operator runs in-process with a 60 s timer and the default worker
 After a warm-up cycle it measures ``--cycles`` full cycles and prints one JSON line per N:
 reconcile p50/p99 (bucket bounds of the operator's own histogram), reconciles/min, the
 share of pools reconciled in every cycle, forecast fits/min, operator CPU seconds per
-cycle (this process, plus fit workers), RSS, and the pools' ForecastHealthy reasons.
+cycle (this process, plus fit workers), RSS, the pools' ForecastHealthy reasons, status
+writes per minute by kind, and the CPU the whole stack spent per reconcile by component
+(operator with its fit workers, kube-apiserver, Prometheus, etcd, the rest).
+
+``--week-old-status`` starts every pool with the status a week-old pool has (168 hourly
+buckets in ``status.againstHpa``, about 40 KB): a fresh pool's is a fifth of that, and an
+API server's cost per status write follows the object's size.
 
 ``--restart`` then stops the operator and starts a fresh one on the same pools (as after
 a crash or a failover) and reports each of its first ``--cycles`` cycles on its own:
@@ -42,7 +48,7 @@ from kubernetes import client  # noqa: E402
 
 from cluster.launcher import ClusterConfig, LocalCluster  # noqa: E402
 from cluster.prometheus import Prometheus, vllm_samples  # noqa: E402
-from prescaler.api import ForecastSpec  # noqa: E402
+from prescaler.api import AgainstHpaHour, AgainstHpaStatus, ForecastSpec  # noqa: E402
 from prescaler.metrics import Metrics  # noqa: E402
 from prescaler.settings import (  # noqa: E402
     MetricsSettings,
@@ -244,6 +250,38 @@ def create_pools(
         )
 
 
+def seed_week(api: Any, ns: str, pools: int) -> None:
+    """Give every pool the status of a pool a week old: ``status.againstHpa`` with its
+    168 hourly buckets (the counters a restart goes on from), as the operator would have
+    written them. A fresh pool's status is a fifth of that size."""
+    custom: Any = client.CustomObjectsApi(api)
+    hour = 3600.0 * (time.time() // 3600)
+    hours = [
+        AgainstHpaHour(
+            start=hour - 3600.0 * k,
+            seconds=3600.0,
+            demand=18000.0 + 7.0 * k,
+            gpu_hours=1.0,
+            unserved=0.5,
+            hpa_gpu_hours=1.25,
+            hpa_unserved=3.25,
+            hpa_short_minutes=1,
+        )
+        for k in range(167, 0, -1)
+    ]
+    status = AgainstHpaStatus(basis="fleet", summary="", hours=hours).wire()
+    for i in range(pools):
+        custom.patch_namespaced_custom_object_status(
+            "prescaler.io",
+            "v1alpha1",
+            ns,
+            "inferencepools",
+            f"llm-{i}",
+            {"status": {"againstHpa": status}},
+            _content_type="application/merge-patch+json",
+        )
+
+
 class Operator:
     """The operator in a thread of this process, with its own metrics."""
 
@@ -333,6 +371,8 @@ def run_one(
     groups: int,
     restart: bool,
     days: float,
+    week_old: bool = False,
+    warmup: float = INTERVAL + 10,
 ) -> dict[str, Any]:
     api = cluster.api_client()
     core: Any = client.CoreV1Api(api)
@@ -340,6 +380,8 @@ def run_one(
     core.create_namespace({"metadata": {"name": ns}})
     backfill(prometheus, ns, groups, days)
     create_pools(api, prometheus, ns, pools, groups, model, days)
+    if week_old:
+        seed_week(api, ns, pools)
     settings = OperatorSettings(
         watch=WatchSettings(namespaces=(ns,)),
         metrics=MetricsSettings(port=0),
@@ -347,7 +389,7 @@ def run_one(
     )
     cpu0 = time.process_time()
     op = Operator(settings)
-    time.sleep(INTERVAL + 10)  # warm-up: first history fetches, selections and fits
+    time.sleep(warmup)  # warm-up: first history fetches, selections and fits
     metrics = op.metrics
     bounds, before, _, count0 = _histogram(metrics, "prescaler_reconcile_duration_seconds")
     fits0 = _counter(metrics, "prescaler_forecast_fits")
@@ -391,6 +433,8 @@ def run_one(
         "pools": pools,
         "series": groups,
         "history_days": days,
+        "week_old_status": week_old,
+        "warmup_s": warmup,
         "model": model,
         "cycle_seconds": INTERVAL,
         "reconciles_per_min": round((count1 - count0) / minutes, 1),
@@ -477,6 +521,18 @@ def main() -> int:
     parser.add_argument(
         "--restart", action="store_true", help="then restart the operator and measure again"
     )
+    parser.add_argument(
+        "--week-old-status",
+        action="store_true",
+        help="start every pool with a week of status.againstHpa hours (a steady state)",
+    )
+    parser.add_argument(
+        "--warmup",
+        type=float,
+        default=INTERVAL + 10,
+        help="seconds before the measured cycles (a pool's degradation level is held 5 min"
+        " after its start, so a steady state needs 6)",
+    )
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="prescaler-bench-") as tmp:
         cluster = LocalCluster(
@@ -502,6 +558,8 @@ def main() -> int:
                     args.series,
                     args.restart,
                     args.history_days,
+                    args.week_old_status,
+                    args.warmup,
                 )
                 print(json.dumps(result), flush=True)
         finally:

@@ -201,6 +201,7 @@ def test_observations_wait_for_a_checkpoint_and_decisions_do_not() -> None:
         {"op": "replace", "path": "/status/againstHpa/hours/167/seconds", "value": 60.0},
         {"op": "replace", "path": "/status/roles/decode/risk/outcomes", "value": 3},
         {"op": "replace", "path": "/status/forecast/points", "value": []},
+        {"op": "replace", "path": "/status/degradation/reasons/0", "value": "holding for 9s"},
         {"op": "replace", "path": "/status/conditions/0/lastTransitionTime", "value": NOW_TEXT},
     ]
     written = [
@@ -208,6 +209,7 @@ def test_observations_wait_for_a_checkpoint_and_decisions_do_not() -> None:
         {"op": "replace", "path": "/status/forecast/selection", "value": {"model": "x"}},
         {"op": "replace", "path": "/status/roles/decode/plan/action", "value": "scale_up"},
         {"op": "replace", "path": "/status/conditions/0/message", "value": "2 ready"},
+        {"op": "replace", "path": "/status/degradation/level", "value": "warning"},
         {"op": "add", "path": "/status/demandX", "value": 1},
     ]
     assert all(observation_only(op) for op in kept)

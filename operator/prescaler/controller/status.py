@@ -621,10 +621,12 @@ OBSERVATIONS = (
     "/plan/recentTargets",
     "/degradation/forecastShortfallPercent",
     "/degradation/forecastShortfallTokensPerSecond",
+    "/degradation/reasons",
 )
 """Status paths (of a pool, or of a role under ``roles``) that move with every reconcile's
 measurements and learning: demand, the forecast, the risk model, the comparison with a
-shadow HPA, the plan's wording. A change there alone need not be written at once."""
+shadow HPA, the wording of the plan and of the degradation level (e.g. how long a level
+is still held). A change there alone need not be written at once."""
 _DECISIONS = ("/forecast/selection",)
 """Exceptions under :data:`OBSERVATIONS`: a new auto-selection is written at once."""
 
