@@ -202,13 +202,16 @@ def test_observations_wait_for_a_checkpoint_and_decisions_do_not() -> None:
         {"op": "replace", "path": "/status/roles/decode/risk/outcomes", "value": 3},
         {"op": "replace", "path": "/status/forecast/points", "value": []},
         {"op": "replace", "path": "/status/degradation/reasons/0", "value": "holding for 9s"},
+        {"op": "replace", "path": "/status/conditions/2/message", "value": "auto, sMAPE 9.1%"},
+        {"op": "replace", "path": "/status/roles/decode/conditions/0/message", "value": ""},
         {"op": "replace", "path": "/status/conditions/0/lastTransitionTime", "value": NOW_TEXT},
     ]
     written = [
         {"op": "replace", "path": "/status/desiredReplicas", "value": 3},
         {"op": "replace", "path": "/status/forecast/selection", "value": {"model": "x"}},
         {"op": "replace", "path": "/status/roles/decode/plan/action", "value": "scale_up"},
-        {"op": "replace", "path": "/status/conditions/0/message", "value": "2 ready"},
+        {"op": "replace", "path": "/status/conditions/0/reason", "value": "Interim"},
+        {"op": "replace", "path": "/status/conditions", "value": []},
         {"op": "replace", "path": "/status/degradation/level", "value": "warning"},
         {"op": "add", "path": "/status/demandX", "value": 1},
     ]

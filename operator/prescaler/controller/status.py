@@ -633,8 +633,8 @@ _DECISIONS = ("/forecast/selection",)
 
 def observation_only(op: dict[str, Any]) -> bool:
     """A JSON patch operation (of :func:`status_ops`) that only moves an observation
-    (:data:`OBSERVATIONS`) or a timestamp (e.g. a condition's message unchanged, only
-    the time the plan's last target was seen)."""
+    (:data:`OBSERVATIONS`), a condition's message (its status and reason are decisions),
+    or a timestamp (e.g. the time the plan's last target was seen)."""
     path = op["path"].removeprefix("/status")
     if path.startswith("/roles/"):
         path = "/" + path.removeprefix("/roles/").partition("/")[2]
@@ -642,6 +642,9 @@ def observation_only(op: dict[str, Any]) -> bool:
         path == p or path.startswith(p + "/") for p in OBSERVATIONS
     ):
         return True
+    parts = path.split("/")
+    if len(parts) == 4 and parts[1] == "conditions" and parts[3] == "message":
+        return True  # a condition's wording (a refit's score, say); not its status or reason
     value = op.get("value")
     return op["op"] == "replace" and isinstance(value, str) and parse_rfc3339(value) is not None
 
