@@ -157,6 +157,7 @@ def _reconciler(kube: FakeKube, clock: list[float]) -> Reconciler:
         forecasts=ForecastHub(metrics=metrics, executor=None),
         clock=lambda: clock[0],
         interval_seconds=60.0,
+        checkpoint_spread=lambda _: 0.0,
     )
 
 
@@ -314,3 +315,14 @@ def test_pools_reading_one_series_share_its_instant_queries(pools: int) -> None:
     assert (source.calls, again.requests_per_second) == (2, 2.0)
     asyncio.run(cycle(NOW + 60))  # a period later: fresh, once
     assert source.calls == 3
+
+
+def test_pools_started_together_reach_their_checkpoints_in_different_cycles() -> None:
+    clock = [NOW]
+    rec = _reconciler(FakeKube(), clock)
+    rec.checkpoint_spread = lambda period: period * 0.999
+    rec._wrote("a", NOW)
+    rec._wrote("b", NOW)  # both first writes: counted as made up to a checkpoint earlier
+    assert rec._written["a"] == pytest.approx(NOW - 299.7)
+    rec._wrote("a", NOW + 60)  # later writes: when they are made
+    assert rec._written["a"] == NOW + 60

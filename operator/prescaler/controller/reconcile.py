@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
+import random
 import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import Executor
@@ -196,7 +197,11 @@ class Reconciler:
     """Statuses not written yet (only observations moved), by pool uid, with the pool
     as read (its resourceVersion and stored status)."""
     _written: dict[str, float] = field(default_factory=dict)
-    """When this reconciler last wrote each pool's status."""
+    """When this reconciler last wrote each pool's status (its first write counts as
+    made up to a checkpoint earlier, spread, so that pools started together do not all
+    reach their checkpoint in the same cycle)."""
+    checkpoint_spread: Callable[[float], float] = lambda period: random.random() * period
+    """A delay in ``[0, x)``: where in its checkpoint period a pool's first write falls."""
     _ensured: dict[tuple[str, str], tuple[str, float]] = field(default_factory=dict)
     """Degradation ConfigMaps this reconciler wrote or found current: content hash, when."""
     _witnessed_from: float | None = None
@@ -281,7 +286,7 @@ class Reconciler:
                         ops,
                     )
                     self.metrics.status_writes.labels("changes").inc()
-                    self._written[pool.uid] = now
+                    self._wrote(pool.uid, now)
                     return
                 except KubeError as exc:
                     if exc.status != 422:  # 422: the pool moved on since it was read
@@ -291,7 +296,12 @@ class Reconciler:
                 GROUP, VERSION, PLURAL, pool.namespace, pool.name, merge_patch(stored, new)
             )
             self.metrics.status_writes.labels("whole").inc()
-            self._written[pool.uid] = now
+            self._wrote(pool.uid, now)
+
+    def _wrote(self, uid: str, now: float) -> None:
+        first = uid not in self._written
+        period = CHECKPOINT_PERIODS * self.interval_seconds
+        self._written[uid] = now - (self.checkpoint_spread(period) if first else 0.0)
 
     async def flush(self) -> None:
         """Write the statuses kept back (see :meth:`write_status`), e.g. before the
