@@ -276,16 +276,7 @@ class Reconciler:
                 return
             with contextlib.suppress(NotFound):
                 try:
-                    await self.kube.patch_status_ops(
-                        GROUP,
-                        VERSION,
-                        PLURAL,
-                        pool.namespace,
-                        pool.name,
-                        pool.resource_version,
-                        ops,
-                    )
-                    self.metrics.status_writes.labels("changes").inc()
+                    await self._send_ops(pool, pool.resource_version, ops)
                     self._wrote(pool.uid, now)
                     return
                 except KubeError as exc:
@@ -297,6 +288,15 @@ class Reconciler:
             )
             self.metrics.status_writes.labels("whole").inc()
             self._wrote(pool.uid, now)
+
+    async def _send_ops(
+        self, pool: PoolObject, resource_version: str, ops: list[dict[str, Any]]
+    ) -> None:
+        """Write ``ops`` onto the pool's status at ``resource_version`` (a JSON patch)."""
+        await self.kube.patch_status_ops(
+            GROUP, VERSION, PLURAL, pool.namespace, pool.name, resource_version, ops
+        )
+        self.metrics.status_writes.labels("changes").inc()
 
     def _wrote(self, uid: str, now: float) -> None:
         first = uid not in self._written
@@ -312,10 +312,7 @@ class Reconciler:
             if not ops or pool.resource_version is None:
                 continue
             with contextlib.suppress(KubeError):
-                await self.kube.patch_status_ops(
-                    GROUP, VERSION, PLURAL, pool.namespace, pool.name, pool.resource_version, ops
-                )
-                self.metrics.status_writes.labels("changes").inc()
+                await self._send_ops(pool, pool.resource_version, ops)
 
     async def reconcile(self, pool: PoolObject) -> dict[str, Any]:
         """Reconcile once; returns the status merge patch to write."""
