@@ -208,6 +208,25 @@ class Metrics:
             registry=r,
         )
         self.leader.set(1)
+        self.shards_served = Gauge(
+            "prescaler_shards_served",
+            "Shards whose Lease this replica holds and acts on (operators run with shards)",
+            registry=r,
+        )
+        self.shard_served = Gauge(
+            "prescaler_shard_served",
+            "1 for each shard this replica serves now, 0 for one it holds no longer",
+            ("shard", "replica"),
+            registry=r,
+        )
+        self.pool_reconciles = Counter(
+            "prescaler_pool_reconciles",
+            "Reconciles of the pool by this replica since it took the pool's shard over"
+            " (operators run with shards): says which replica and shard serve each pool",
+            (*_POOL, "shard", "replica"),
+            registry=r,
+        )
+        self._served: dict[tuple[str, str], tuple[str, str]] = {}
         self.last_reconcile = Gauge(
             "prescaler_last_reconcile_timestamp_seconds",
             "When the pool was last reconciled (Unix seconds)",
@@ -256,6 +275,16 @@ class Metrics:
             buckets=_SECONDS,
             registry=r,
         )
+
+    def served(self, namespace: str, pool: str, shard: int, replica: str) -> None:
+        """Count one reconcile of a pool by this replica on ``shard``."""
+        labels = (str(shard), replica)
+        previous = self._served.get((namespace, pool))
+        if previous is not None and previous != labels:
+            with contextlib.suppress(KeyError):
+                self.pool_reconciles.remove(namespace, pool, *previous)
+        self._served[(namespace, pool)] = labels
+        self.pool_reconciles.labels(namespace, pool, *labels).inc()
 
     def declare_pool(self, namespace: str, pool: str) -> None:
         """Create the pool's scale-event counters at 0, so that ``increase()`` counts the
@@ -365,7 +394,11 @@ class Metrics:
         )
 
     def forget(self, namespace: str, pool: str) -> None:
-        """Drop a deleted pool's series."""
+        """Drop a deleted pool's series (or those of a pool another replica serves now)."""
+        served = self._served.pop((namespace, pool), None)
+        if served is not None:
+            with contextlib.suppress(KeyError):
+                self.pool_reconciles.remove(namespace, pool, *served)
         for name in CONSTRAINTS:
             with contextlib.suppress(KeyError):
                 self.driving_constraint.remove(namespace, pool, name)
@@ -385,6 +418,8 @@ class Metrics:
         the acting replica's numbers reach a dashboard."""
         for metric in self._per_pool():
             metric.clear()
+        self.pool_reconciles.clear()
+        self._served.clear()
 
     def serve(self, port: int, host: str = "0.0.0.0") -> None:
         """Start ``/metrics`` in a background thread."""

@@ -43,6 +43,12 @@ class LeaderSettings:
     """The leader stops acting when it could not renew for this long (< lease duration)."""
     retry_period_seconds: float = 2.0
     """How often candidates try to acquire, and the leader renews."""
+    shards: int = 0
+    """0: one leader Lease, one acting replica. N >= 1: the pools are split into N shards
+    by a hash of their demand series, one Lease each (``<lease_name>-shard-<i>``); every
+    replica acts on the shards it holds, about N / replicas of them, and replicas count
+    themselves on member Leases (``<lease_name>-member-<i>``; more replicas than shards
+    stand by). See :mod:`prescaler.sharding`."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,6 +166,10 @@ class OperatorSettings:
             raise ValueError("leader renew deadline must exceed 1.2 x the retry period")
         if leader.lease_duration_seconds <= leader.renew_deadline_seconds:
             raise ValueError("leader lease duration must exceed the renew deadline")
+        if not 0 <= leader.shards <= 1024:
+            raise ValueError("shards must be in 0..1024")
+        if leader.shards and not leader.enabled:
+            raise ValueError("shards need leader election (their Leases decide who acts)")
         if self.prewarm.concurrency < 1:
             raise ValueError("prewarm concurrency must be >= 1")
         if self.prewarm.unclaimed_seconds < 0 or self.prewarm.config_map_seconds < 0:

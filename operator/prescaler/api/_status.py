@@ -525,6 +525,18 @@ class FleetStatus(WireModel):
     """The latest external change and what was done about it (``spec.externalChanges``)."""
 
 
+class ServedByStatus(WireModel):
+    """Which operator replica and shard serve the pool (operators run with shards only).
+    Written by the replica that serves it, when it takes the pool over."""
+
+    replica: str = Field(min_length=1, max_length=253)
+    """The replica's identity (its pod name in the Helm chart)."""
+    shard: int = Field(ge=0, le=1023)
+    """The pool's shard: a hash of its demand series, so pools reading one series share it."""
+    shards: int = Field(ge=1, le=1024)
+    """How many shards the pools are split into."""
+
+
 class RolesStatus(WireModel):
     """A disaggregated pool's roles, each planned, scaled and reported on its own: the
     plan's forecast and demand count the role's tokens/s (prefill: prompt tokens, decode:
@@ -546,3 +558,5 @@ class InferencePoolStatus(FleetStatus):
     role_summary: str | None = Field(default=None, max_length=256)
     """One line per pool for ``kubectl get``: each role's ready/desired replicas and its
     bottleneck, e.g. ``prefill 3/3 compute, decode 2/4 memory``."""
+    served_by: ServedByStatus | None = None
+    """The operator replica and shard that serve the pool (sharded operators only)."""

@@ -40,6 +40,28 @@ def register(subparsers: Any) -> None:
         "--leader-namespace", metavar="NS", help="namespace of the Lease (default: the pod's)"
     )
     parser.add_argument("--leader-identity", metavar="ID", help="this replica's name in the Lease")
+    parser.add_argument(
+        "--shards",
+        type=int,
+        metavar="N",
+        help="split the pools into N shards, one Lease each, served by the replicas that "
+        "hold them (implies --leader-election; 0: one leader acts)",
+    )
+    parser.add_argument(
+        "--lease-duration", type=positive_float, metavar="SECONDS", help="Lease duration"
+    )
+    parser.add_argument(
+        "--renew-deadline",
+        type=positive_float,
+        metavar="SECONDS",
+        help="a holder stops acting when it could not renew for this long",
+    )
+    parser.add_argument(
+        "--retry-period",
+        type=positive_float,
+        metavar="SECONDS",
+        help="how often Leases are renewed and tried",
+    )
     parser.add_argument("--metrics-port", type=int, help="port of /metrics (0 disables)")
     parser.add_argument(
         "--interval", type=positive_float, help="reconcile period per pool, seconds"
@@ -83,10 +105,16 @@ def settings_from_args(args: argparse.Namespace) -> Any:
             ("leader_lease", "lease_name"),
             ("leader_namespace", "namespace"),
             ("leader_identity", "identity"),
+            ("shards", "shards"),
+            ("lease_duration", "lease_duration_seconds"),
+            ("renew_deadline", "renew_deadline_seconds"),
+            ("retry_period", "retry_period_seconds"),
         ):
             value = getattr(args, flag)
             if value is not None:
                 leader = replace(leader, **{name: value})
+        if args.shards:
+            leader = replace(leader, enabled=True)
         settings = replace(settings, leader=leader)
         if args.metrics_port is not None:
             settings = replace(settings, metrics=replace(settings.metrics, port=args.metrics_port))

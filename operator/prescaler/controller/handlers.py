@@ -17,6 +17,7 @@ from prescaler.kube import KubeError
 if TYPE_CHECKING:
     from prescaler.controller.prewarm import Prewarmer
     from prescaler.controller.reconcile import Reconciler
+    from prescaler.controller.shards import ShardGate
 
 
 def _pool(kwargs: dict[str, Any], superseded_by: str | None = None) -> PoolObject:
@@ -61,10 +62,12 @@ def register(
     is_leader: Callable[[], bool] | None = None,
     namespaces: Sequence[str] = (),
     prewarmer: Prewarmer | None = None,
+    shards: ShardGate | None = None,
 ) -> None:
     """Register the handlers of one operator run on ``registry``: ``reconciler`` serves
     every pool once per ``interval`` seconds, while ``is_leader()`` (if given) says this
-    replica holds the leader Lease; otherwise the replica only watches. ``namespaces`` are
+    replica holds the leader Lease, or (with ``shards``) while it holds the pool's shard;
+    otherwise the replica only watches. ``namespaces`` are
     the watched names or kopf patterns (empty: cluster-wide). ``prewarmer`` (if given)
     sees every pod event in them: it decides which pods to warm, and acts if leader."""
 
@@ -97,7 +100,12 @@ def register(
             (o for key in keys if (o := target_owner(me, claims.get(key, []))) is not None), None
         )
         pool = _pool({"body": body}, superseded_by=owner)
-        await reconciler.run(pool)
+        if shards is None:
+            await reconciler.run(pool)
+            return
+        with shards.acting(pool) as mine:
+            if mine is not None:  # else another replica serves its shard
+                await reconciler.run(mine)
 
     loops: Loops[tuple[kopf.Body, kopf.Index[Any, TargetClaim]]] = Loops(
         interval, reconcile, name="reconcile of pool", expected=(KubeError,)
@@ -114,11 +122,15 @@ def register(
         await loops.stop(key)  # after its running reconcile, if one runs
         if type == "DELETED":
             reconciler.forget(_pool({"body": body}))
+            if shards is not None:
+                shards.forget(_pool({"body": body}))
 
     @kopf.on.cleanup(registry=registry)
     async def stop_loops(**_: Any) -> None:
         await loops.close()
-        if is_leader is None or is_leader():
+        if shards is not None:
+            await reconciler.flush(only=shards.serves_pool)  # only the shards still held
+        elif is_leader is None or is_leader():
             await reconciler.flush()  # the statuses kept back, so a successor goes on
 
     if prewarmer is not None:

@@ -8,7 +8,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from prescaler.api import API_VERSION, KIND, ColdStartStatus, SelectionStatus
+from prescaler.api import API_VERSION, KIND, ColdStartStatus, SelectionStatus, ServedByStatus
 from prescaler.kube import FieldWriter, Hpa, ObjectRef, PodStart, Workload
 from prescaler.sources import Snapshot
 from prescaler_forecast import Forecast
@@ -29,6 +29,8 @@ class PoolObject:
     resource_version: str | None = None
     """The object's ``metadata.resourceVersion`` its status was read at (a status write
     carries only what changed since, and only onto that version)."""
+    served_by: ServedByStatus | None = None
+    """The replica and shard serving the pool (``status.servedBy``; sharded operators)."""
 
     @property
     def ref(self) -> ObjectRef:

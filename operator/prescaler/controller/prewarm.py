@@ -108,6 +108,9 @@ class Prewarmer:
         self.config_map_seconds = config_map_seconds
         self.tick_seconds = tick_seconds
         self.is_leader = is_leader
+        self.release_unclaimed = True
+        """Release gated pods that no pool claims (off with shards: this replica sees
+        only its own pools' claims)."""
         self.clock = clock
         self._warm = warm
         self._pods: dict[str, _Tracked] = {}
@@ -305,6 +308,8 @@ class Prewarmer:
             pod = tracked.pod
             published = self._claims.get(pod.key) if pod.key is not None else None
             claim = published.claim if published is not None else None
+            if claim is None and not self.release_unclaimed:
+                continue  # claimed, if at all, by a pool another replica serves
             if tracked.unwritten is not None:
                 self._spawn(pod, published, None, tracked.unwritten)
                 continue

@@ -240,6 +240,8 @@ class Reconciler:
         if kept is not None and kept[0].resource_version == pool.resource_version:
             base = replace(pool, status=kept[1])
         patch = await self.reconcile(base)
+        if pool.served_by is not None:
+            patch["servedBy"] = pool.served_by.wire()
         await self.write_status(pool, patch, base.status)
 
     async def write_status(
@@ -303,11 +305,13 @@ class Reconciler:
         period = CHECKPOINT_PERIODS * self.interval_seconds
         self._written[uid] = now - (self.checkpoint_spread(period) if first else 0.0)
 
-    async def flush(self) -> None:
+    async def flush(self, only: Callable[[PoolObject], bool] | None = None) -> None:
         """Write the statuses kept back (see :meth:`write_status`), e.g. before the
-        operator stops; a pool that changed since keeps what it has."""
-        kept, self._kept = self._kept, {}
-        for pool, new in kept.values():
+        operator stops (``only``: those of the pools it accepts, e.g. of a shard given
+        up); a pool that changed since keeps what it has."""
+        chosen = [uid for uid, (pool, _) in self._kept.items() if only is None or only(pool)]
+        kept = [self._kept.pop(uid) for uid in chosen]
+        for pool, new in kept:
             ops = status_ops(dict(pool.status), new)
             if not ops or pool.resource_version is None:
                 continue

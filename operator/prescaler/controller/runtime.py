@@ -23,7 +23,8 @@ from prescaler.controller.fits import FitProcesses
 from prescaler.controller.forecast import ForecastHub
 from prescaler.controller.prewarm import Prewarmer
 from prescaler.controller.reconcile import Reconciler
-from prescaler.kube import KubeClient, LeaseElector, LeaseTimings, load_api_client
+from prescaler.controller.shards import ShardGate
+from prescaler.kube import KubeClient, LeaseElector, LeaseTimings, ShardLeases, load_api_client
 from prescaler.metrics import Metrics
 from prescaler.settings import OperatorSettings
 
@@ -111,20 +112,31 @@ async def operate(
     """Run the operator until ``stop_flag`` is set (or forever).
 
     With leader election on, every replica watches the pools and serves its probes and
-    metrics, but only the Lease holder reconciles (:class:`prescaler.kube.LeaseElector`).
+    metrics, but only the Lease holder reconciles (:class:`prescaler.kube.LeaseElector`);
+    with shards, each replica reconciles the pools of the shards whose Leases it holds
+    (:class:`prescaler.kube.ShardLeases`).
     """
     runtime = Runtime.build(settings, metrics)
     if settings.metrics.port > 0:
         runtime.metrics.serve(settings.metrics.port, settings.metrics.host)
-    elector = leader_elector(settings, runtime)
+    gate = shard_gate(settings, runtime)
+    elector = leader_elector(settings, runtime) if gate is None else None
     election_stop = asyncio.Event()
     election: asyncio.Task[None] | None = None
     if elector is not None:
         election = asyncio.create_task(elector.run(election_stop), name="leader election")
+    if gate is not None:
+        election = asyncio.create_task(gate.leases.run(election_stop), name="shard leases")
     prewarmer = runtime.prewarmer
     if prewarmer is not None:
         if elector is not None:
             prewarmer.is_leader = elector.is_leader
+        if gate is not None:
+            # Each replica warms the pods its own pools claim; a gated pod that no pool
+            # claims is left for its pool's replica (none here sees every claim).
+            serving = gate.leases.serving
+            prewarmer.is_leader = lambda: bool(serving())
+            prewarmer.release_unclaimed = False
         prewarmer.start()
     registry = kopf.OperatorRegistry()
     handlers.register(
@@ -134,6 +146,7 @@ async def operate(
         is_leader=elector.is_leader if elector is not None else None,
         namespaces=settings.watch.namespaces,
         prewarmer=prewarmer,
+        shards=gate,
     )
     try:
         await kopf.operator(
@@ -150,7 +163,7 @@ async def operate(
         if prewarmer is not None:
             await prewarmer.close()
         if election is not None:
-            election_stop.set()  # ends the loop, which releases the Lease
+            election_stop.set()  # ends the loop, which releases the Lease(s)
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(election, timeout=10)
         runtime.close()
@@ -160,13 +173,53 @@ async def operate(
         await asyncio.sleep(TLS_CLOSE_GRACE_SECONDS)
 
 
+def _identity(settings: OperatorSettings) -> tuple[str, str]:
+    """The Leases' namespace and this replica's identity in them."""
+    leader = settings.leader
+    namespace = leader.namespace or _own_namespace() or "default"
+    identity = leader.identity or f"{socket.gethostname()}-{uuid.uuid4().hex[:6]}"
+    return namespace, identity
+
+
+def shard_gate(settings: OperatorSettings, runtime: Runtime) -> ShardGate | None:
+    """This replica's shards, or ``None`` unless the operator runs with shards."""
+    leader = settings.leader
+    if not leader.enabled or leader.shards < 1:
+        return None
+    namespace, identity = _identity(settings)
+    runtime.metrics.leader.set(0)  # no single leader: see prescaler_shards_served
+    runtime.metrics.shards_served.set(0)
+    leases = ShardLeases.for_client(
+        runtime.kube.api_client,
+        namespace,
+        leader.lease_name,
+        identity,
+        leader.shards,
+        timings=LeaseTimings(
+            leader.lease_duration_seconds,
+            leader.renew_deadline_seconds,
+            leader.retry_period_seconds,
+        ),
+    )
+    gate = ShardGate(leases, runtime.reconciler, runtime.metrics)
+    if runtime.prewarmer is not None:
+        prewarmer = runtime.prewarmer
+        changed = gate.changed
+
+        def kick(serving: frozenset[int]) -> None:
+            changed(serving)
+            prewarmer.kick()
+
+        leases.on_change = kick
+    return gate
+
+
 def leader_elector(settings: OperatorSettings, runtime: Runtime) -> LeaseElector | None:
     """The Lease elector of this replica, or ``None`` when leader election is off."""
     leader = settings.leader
     if not leader.enabled:
         return None
-    namespace = leader.namespace or _own_namespace() or "default"
-    identity = leader.identity or f"{socket.gethostname()}-{uuid.uuid4().hex[:6]}"
+    namespace, identity = _identity(settings)
     metrics = runtime.metrics
     metrics.leader.set(0)  # a standby until the Lease is ours
 

@@ -38,6 +38,7 @@ from prescaler.kube._manifests import (
     pre_pull_daemonset,
     promotion_patch,
 )
+from prescaler.kube._shards import ShardLeases
 from prescaler.kube._types import (
     FieldWriter,
     Hpa,
@@ -70,6 +71,7 @@ __all__ = [
     "NotFound",
     "ObjectRef",
     "PodStart",
+    "ShardLeases",
     "StandbyObservation",
     "Workload",
     "degradation_config_map",

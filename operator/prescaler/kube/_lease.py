@@ -13,6 +13,11 @@ The rules are client-go's (``k8s.io/client-go/tools/leaderelection``):
 - On a clean stop the holder releases the Lease (empty holder), so a standby replica takes
   over within one retry period instead of waiting out the lease.
 
+One :class:`LeaseElector` holds one Lease: the leader Lease (:meth:`LeaseElector.run`), or
+one shard or member slot among many (:class:`prescaler.kube.ShardLeases` drives several,
+reading them with one list and handing each its object: :meth:`LeaseElector.observe`,
+``try_acquire_or_renew(listed)``).
+
 Why not ``kubernetes.leaderelection``: its loop cannot be stopped or release the Lease, and
 its lock uses the process-global client configuration.
 """
@@ -24,7 +29,7 @@ import contextlib
 import logging
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -34,6 +39,10 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 log = logging.getLogger("prescaler.leader")
+
+READ: Any = object()
+"""``try_acquire_or_renew``'s default: read the Lease first (else: the Lease as listed,
+``None`` when the list did not have it)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,6 +82,8 @@ class LeaseElector:
     clock: Callable[[], float] = time.monotonic
     on_change: Callable[[bool], None] | None = None
     """Called with the new state whenever this candidate gains or loses the lead."""
+    labels: Mapping[str, str] = field(default_factory=dict)
+    """Labels of the Lease when this candidate creates it."""
     _observed: Observed | None = None
     _renewed_at: float | None = None
     _leading: bool = False
@@ -97,6 +108,23 @@ class LeaseElector:
     def holder(self) -> str | None:
         return self._observed.holder if self._observed is not None else None
 
+    def available(self) -> bool:
+        """As last observed, nobody else holds the Lease: it is free, ours, missing, or its
+        holder has not renewed it for its duration (on this candidate's clock)."""
+        seen = self._observed
+        if seen is None or seen.holder in (None, self.identity):
+            return True
+        return self.clock() - seen.changed_at >= seen.duration_seconds
+
+    def observe(self, lease: Any) -> None:
+        """Record the Lease as listed (``None``: it does not exist) without writing, so
+        that its expiry is judged from when its record last changed."""
+        if lease is None:
+            self._observed = None
+            return
+        spec = lease.spec or client.V1LeaseSpec()
+        self._see(spec, self.clock())
+
     # ------------------------------------------------------------------ loop
     async def run(self, stop: asyncio.Event) -> None:
         """Acquire and renew until ``stop`` is set, then release the Lease if held."""
@@ -112,7 +140,7 @@ class LeaseElector:
         finally:
             if self._renewed_at is not None:
                 with contextlib.suppress(Exception):
-                    await asyncio.get_running_loop().run_in_executor(self._pool, self._release)
+                    await asyncio.get_running_loop().run_in_executor(self._pool, self.release)
             self._renewed_at = None
             self._set_leading(False)
             self._pool.shutdown(wait=False, cancel_futures=True)
@@ -139,25 +167,27 @@ class LeaseElector:
                 self.on_change(leading)
 
     # ------------------------------------------------------------------ one attempt
-    def try_acquire_or_renew(self) -> bool:
-        """One client-go attempt (blocking): True if this candidate holds the Lease now."""
+    def try_acquire_or_renew(self, listed: Any = READ) -> bool:
+        """One client-go attempt (blocking): True if this candidate holds the Lease now.
+        ``listed``: the Lease as just listed (``None``: not there), instead of a read."""
         now = self.clock()
-        try:
-            lease = self.coordination.read_namespaced_lease(self.name, self.namespace)
-        except ApiException as exc:
-            if exc.status != 404:
-                raise
+        lease = listed
+        if listed is READ:
+            try:
+                lease = self.coordination.read_namespaced_lease(self.name, self.namespace)
+            except ApiException as exc:
+                if exc.status != 404:
+                    raise
+                lease = None
+        if lease is None:
             return self._create(now)
         spec = lease.spec or client.V1LeaseSpec()
-        holder = spec.holder_identity or None
-        renew = _iso(spec.renew_time)
-        duration = float(spec.lease_duration_seconds or self.timings.lease_duration_seconds)
-        seen = self._observed
-        if seen is None or (seen.holder, seen.renew_time) != (holder, renew):
-            seen = Observed(holder, renew, duration, now)
-            self._observed = seen
-        if holder not in (None, self.identity) and now - seen.changed_at < duration:
+        seen = self._see(spec, now)
+        if seen.holder not in (None, self.identity) and now - seen.changed_at < (
+            seen.duration_seconds
+        ):
             return False  # someone else holds an unexpired lease
+        holder = seen.holder
         stamp = _now_micro()
         if holder != self.identity:
             spec.acquire_time = stamp
@@ -172,14 +202,27 @@ class LeaseElector:
             if exc.status == 409:  # another candidate wrote first
                 return False
             raise
-        self._observed = Observed(self.identity, stamp, duration, now)
+        self._observed = Observed(self.identity, stamp, seen.duration_seconds, now)
         self._renewed_at = now
         return True
+
+    def _see(self, spec: Any, now: float) -> Observed:
+        """The Lease's record as observed now; its change time moves only when it changed."""
+        holder = spec.holder_identity or None
+        renew = _iso(spec.renew_time)
+        duration = float(spec.lease_duration_seconds or self.timings.lease_duration_seconds)
+        seen = self._observed
+        if seen is None or (seen.holder, seen.renew_time) != (holder, renew):
+            seen = Observed(holder, renew, duration, now)
+            self._observed = seen
+        return seen
 
     def _create(self, now: float) -> bool:
         stamp = _now_micro()
         body = client.V1Lease(
-            metadata=client.V1ObjectMeta(name=self.name, namespace=self.namespace),
+            metadata=client.V1ObjectMeta(
+                name=self.name, namespace=self.namespace, labels=dict(self.labels) or None
+            ),
             spec=client.V1LeaseSpec(
                 holder_identity=self.identity,
                 lease_duration_seconds=int(self.timings.lease_duration_seconds),
@@ -198,8 +241,11 @@ class LeaseElector:
         self._renewed_at = now
         return True
 
-    def _release(self) -> None:
-        """Give the Lease up (client-go's ReleaseOnCancel): empty holder, 1 s duration."""
+    def release(self) -> None:
+        """Give the Lease up (client-go's ReleaseOnCancel; blocking): empty holder, 1 s
+        duration. This candidate stops counting as its holder first, whatever the write's
+        outcome."""
+        self._renewed_at = None
         lease = self.coordination.read_namespaced_lease(self.name, self.namespace)
         spec = lease.spec
         if spec is None or spec.holder_identity != self.identity:
@@ -208,6 +254,7 @@ class LeaseElector:
         spec.lease_duration_seconds = 1
         spec.renew_time = _now_micro()
         self.coordination.replace_namespaced_lease(self.name, self.namespace, lease)
+        self._observed = None
         log.info("%s released lease %s/%s", self.identity, self.namespace, self.name)
 
 

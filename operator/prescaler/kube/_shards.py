@@ -1,0 +1,250 @@
+"""Shards of the pools across replicas: one ``coordination.k8s.io/v1`` Lease per shard.
+
+Each shard Lease follows :class:`~prescaler.kube.LeaseElector`'s client-go rules (expiry
+judged on the candidate's own clock, writes conditional on the resourceVersion, a holder
+acts only while its last renewal is younger than the renew deadline, which is shorter than
+the lease duration). So a replica has stopped acting on a shard before anyone else may take
+its Lease, whether it stops cleanly, hangs, or dies.
+
+Replicas count themselves on member slot Leases (``<base>-member-<i>``, as many as there
+are shards): each replica holds one slot, and the slots that are held and not expired are
+the live replicas. From them each replica computes its fair share of the shards
+(:func:`prescaler.sharding.quota`) and, every retry period (:meth:`ShardLeases.run`):
+
+1. lists the set's Leases (one call, by label);
+2. renews its slot (or takes a free one) and the shards it holds;
+3. over its quota, stops acting on its highest shards (:meth:`serves` turns false at
+   once), waits until no reconcile runs on them, lets the caller write what it kept back
+   (``on_release``) and only then releases their Leases: a joining replica takes them a
+   round later;
+4. under its quota, takes free or expired shards (a replica that died has its shards taken
+   within the lease duration, as soon as its slot expires too and the quotas grow).
+
+A shard whose renewal was late is lost without a write (``on_lost``): its successor may
+already act on it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+import time
+from collections.abc import Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+from kubernetes import client
+
+from prescaler.kube._lease import LeaseElector, LeaseTimings
+from prescaler.sharding import (
+    SHARD_LEASE_LABEL,
+    quota,
+    rebalance,
+    shard_lease_name,
+    slot_lease_name,
+)
+
+log = logging.getLogger("prescaler.shards")
+
+
+async def _nothing(_: int) -> None:
+    return None
+
+
+@dataclass
+class ShardLeases:
+    """This replica's shard and member slot Leases; :meth:`serves` gates every action on a
+    pool of a shard."""
+
+    coordination: Any
+    """A ``CoordinationV1Api``."""
+    namespace: str
+    base: str
+    """The set's base name: Leases ``<base>-shard-<i>`` and ``<base>-member-<i>``."""
+    identity: str
+    shards: int
+    timings: LeaseTimings = field(default_factory=LeaseTimings)
+    clock: Callable[[], float] = time.monotonic
+    busy: Callable[[int], bool] = lambda _: False
+    """Whether a reconcile of the shard runs now (a shard is released only when not)."""
+    on_release: Callable[[int], Awaitable[None]] = _nothing
+    """Called before a shard held in good standing is given up (write what was kept)."""
+    on_lost: Callable[[int], None] = lambda _: None
+    """Called when a shard stopped being served without a clean release."""
+    on_change: Callable[[frozenset[int]], None] = lambda _: None
+    """Called with the shards served whenever that set changes."""
+    _shard: list[LeaseElector] = field(default_factory=list)
+    _slot: list[LeaseElector] = field(default_factory=list)
+    _my_slot: int | None = None
+    _draining: set[int] = field(default_factory=set)
+    _serving: frozenset[int] = frozenset()
+    _live: int = 0
+    _pool: ThreadPoolExecutor = field(
+        default_factory=lambda: ThreadPoolExecutor(max_workers=1, thread_name_prefix="shards")
+    )
+
+    def __post_init__(self) -> None:
+        if self.shards < 1:
+            raise ValueError("shards must be >= 1")
+        labels = {SHARD_LEASE_LABEL: self.base}
+
+        def elector(name: str) -> LeaseElector:
+            return LeaseElector(
+                self.coordination,
+                self.namespace,
+                name,
+                self.identity,
+                timings=self.timings,
+                clock=self.clock,
+                labels=labels,
+            )
+
+        self._shard = [elector(shard_lease_name(self.base, i)) for i in range(self.shards)]
+        self._slot = [elector(slot_lease_name(self.base, i)) for i in range(self.shards)]
+
+    @classmethod
+    def for_client(
+        cls,
+        api_client: client.ApiClient,
+        namespace: str,
+        base: str,
+        identity: str,
+        shards: int,
+        **kw: Any,
+    ) -> ShardLeases:
+        return cls(client.CoordinationV1Api(api_client), namespace, base, identity, shards, **kw)
+
+    # ------------------------------------------------------------------ state
+    def serves(self, shard: int) -> bool:
+        """True while this replica holds the shard's Lease, renewed within the renew
+        deadline, and is not giving it up."""
+        return shard not in self._draining and self._shard[shard].is_leader()
+
+    def serving(self) -> frozenset[int]:
+        return frozenset(i for i in range(self.shards) if self.serves(i))
+
+    @property
+    def slot(self) -> int | None:
+        """This replica's member slot, while it holds one."""
+        if self._my_slot is not None and self._slot[self._my_slot].is_leader():
+            return self._my_slot
+        return None
+
+    @property
+    def replicas(self) -> int:
+        """Live replicas (member slots held), as last counted."""
+        return self._live
+
+    # ------------------------------------------------------------------ loop
+    async def run(self, stop: asyncio.Event) -> None:
+        """Hold, renew and rebalance until ``stop`` is set; then stop acting on every
+        shard, let the caller write what it kept, and release every Lease."""
+        try:
+            while not stop.is_set():
+                try:
+                    await self.step()
+                except Exception as exc:  # a failed round must never stop the loop
+                    log.warning("shard leases %s/%s: %s", self.namespace, self.base, exc)
+                self._notice()
+                delay = self.timings.retry_period_seconds * (1.0 + random.uniform(0.0, 0.1))
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stop.wait(), timeout=delay)
+        finally:
+            await self._leave()
+
+    async def step(self) -> None:
+        """One round: list, renew, then give up or take shards toward the quota."""
+        listed = await self._io(self._list)
+        for i, elector in enumerate(self._shard):
+            lease = listed.get(elector.name)
+            if elector.is_leader() or i in self._draining:
+                ok = await self._io(elector.try_acquire_or_renew, lease)
+                if not ok and not elector.is_leader():
+                    self._draining.discard(i)
+            else:
+                elector.observe(lease)
+        live = [i for i, e in enumerate(self._slot) if e.is_leader() or not e.available()]
+        self._live = len(live)
+        my_slot = self.slot
+        held = {i for i, e in enumerate(self._shard) if e.is_leader()}
+        available = {i for i, e in enumerate(self._shard) if e.available()}
+        moves = rebalance(held, self._draining, available, quota(self.shards, live, my_slot))
+        self._draining.difference_update(moves.keep)
+        self._draining.update(moves.release)
+        self._notice()
+        for i in sorted(self._draining):
+            if not self.busy(i):
+                await self._give_up(i)
+        for i in moves.acquire:
+            elector = self._shard[i]
+            if await self._io(elector.try_acquire_or_renew, listed.get(elector.name)):
+                log.info("%s took shard %d of %s", self.identity, i, self.base)
+
+    async def _give_up(self, shard: int) -> None:
+        with contextlib.suppress(Exception):
+            await self.on_release(shard)
+        try:
+            await self._io(self._shard[shard].release)
+            log.info("%s released shard %d of %s", self.identity, shard, self.base)
+        except Exception as exc:
+            log.warning("shard %d of %s: release failed: %s", shard, self.base, exc)
+        self._draining.discard(shard)
+
+    def _notice(self) -> None:
+        """Tell the caller which shards are served now, and which were lost."""
+        now = self.serving()
+        if now == self._serving:
+            return
+        for shard in self._serving - now:
+            if shard not in self._draining:
+                self.on_lost(shard)
+        self._serving = now
+        log.info("%s serves shards %s of %s", self.identity, sorted(now), self.base)
+        self.on_change(now)
+
+    async def _leave(self) -> None:
+        self._draining.update(self.serving())
+        self._notice()
+        for shard in sorted(self._draining):
+            if self._shard[shard].is_leader():
+                await self._give_up(shard)
+        self._draining.clear()
+        if self._my_slot is not None:
+            with contextlib.suppress(Exception):
+                await self._io(self._slot[self._my_slot].release)
+        self._my_slot = None
+        self._notice()
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+    # ------------------------------------------------------------------ I/O
+    async def _io(self, fn: Callable[..., Any], *args: Any) -> Any:
+        return await asyncio.get_running_loop().run_in_executor(self._pool, fn, *args)
+
+    def _list(self) -> dict[str, Any]:
+        """The set's Leases by name (blocking), and this replica's slot renewed or taken."""
+        listing = self.coordination.list_namespaced_lease(
+            self.namespace, label_selector=f"{SHARD_LEASE_LABEL}={self.base}"
+        )
+        listed = {lease.metadata.name: lease for lease in listing.items}
+        for i, elector in enumerate(self._slot):
+            if i != self._my_slot:
+                elector.observe(listed.get(elector.name))
+        self._take_slot(listed)
+        return listed
+
+    def _take_slot(self, listed: dict[str, Any]) -> None:
+        """Renew this replica's member slot, or take the first free one."""
+        if self._my_slot is not None:
+            elector = self._slot[self._my_slot]
+            if elector.try_acquire_or_renew(listed.get(elector.name)) or elector.is_leader():
+                return
+            self._my_slot = None
+        for i, elector in enumerate(self._slot):
+            lease = listed.get(elector.name)
+            if elector.available() and elector.try_acquire_or_renew(lease):
+                self._my_slot = i
+                log.info("%s holds member slot %d of %s", self.identity, i, self.base)
+                return
