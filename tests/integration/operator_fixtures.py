@@ -18,7 +18,7 @@ import threading
 import time
 import urllib.request
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
@@ -328,11 +328,12 @@ def operator_process(
     *,
     leader_identity: str | None = None,
     interval: float = 2.0,
+    extra_args: Sequence[str] = (),
 ) -> Iterator[tuple[subprocess.Popen[bytes], int]]:
     """``prescaler run`` as a real process on ``namespace`` (as the admin), its output in
     ``log``; yields the process and its metrics port. With ``leader_identity`` it elects a
-    leader on the Lease ``prescaler`` in ``namespace``. Killed (SIGKILL) at the end if it
-    still runs; a test may kill it earlier."""
+    leader on the Lease ``prescaler`` in ``namespace`` (``extra_args``, e.g. ``--shards``,
+    come after). Killed (SIGKILL) at the end if it still runs; a test may kill it earlier."""
     port = free_port()
     argv = [
         str(Path(sys.executable).parent / "prescaler"),
@@ -356,6 +357,7 @@ def operator_process(
             "--leader-identity",
             leader_identity,
         ]
+    argv += list(extra_args)
     env = {**os.environ, "KUBECONFIG": str(cluster.kubeconfig)}
     with log.open("ab") as out:
         proc = subprocess.Popen(argv, env=env, stdout=out, stderr=subprocess.STDOUT)

@@ -254,3 +254,26 @@ def test_an_interval_must_be_positive() -> None:
     for bad in (0.0, -1.0, float("nan")):
         with pytest.raises(ValueError, match="interval"):
             Loops(bad, tick)
+
+
+def test_a_kick_ticks_the_chosen_loops_now_and_moves_their_grid() -> None:
+    async def scenario(vt: VirtualTime) -> None:
+        ticks: dict[str, list[float]] = {"a": [], "b": []}
+
+        async def tick(key: str) -> None:
+            ticks[key].append(vt.now)
+
+        loops = _loops(vt, tick)
+        loops.feed("a", "a")
+        loops.feed("b", "b")
+        await vt.advance(6.0)
+        assert ticks == {"a": [2.5], "b": [2.5]}
+        assert loops.kick(lambda value: value == "b") == 1
+        await vt.settle()
+        assert ticks == {"a": [2.5], "b": [2.5, 6.0]}
+        await vt.advance(30.0)
+        assert ticks["a"] == [2.5, 12.5, 22.5]
+        assert ticks["b"] == [2.5, 6.0, 16.0, 26.0]
+        await loops.close()
+
+    run(scenario)

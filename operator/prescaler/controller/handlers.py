@@ -110,6 +110,13 @@ def register(
     loops: Loops[tuple[kopf.Body, kopf.Index[Any, TargetClaim]]] = Loops(
         interval, reconcile, name="reconcile of pool", expected=(KubeError,)
     )
+    if shards is not None:
+        gate = shards
+
+        def taken_over(gained: frozenset[int]) -> None:
+            loops.kick(lambda seen: gate.shard_of_body(seen[0]) in gained)
+
+        gate.on_gained = taken_over
 
     # A raw watch event, not on.delete: no finalizer, diffbase or progress annotations.
     @kopf.on.event(GROUP, VERSION, PLURAL, registry=registry)

@@ -8,6 +8,8 @@ A loop's first tick comes after a random delay in ``[0, interval)``, so N pools 
 in one burst; later ticks fall on that pool's interval grid, so a slow tick does not push
 the next ones later (ticks missed meanwhile are skipped, not run back to back). Each tick
 gets the latest value fed for its key. A tick that raises is logged and the loop goes on.
+:meth:`Loops.kick` makes chosen loops tick now (e.g. the pools of a shard this replica has
+just taken over) and puts their grid there.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ class _Loop(Generic[T]):
     task: asyncio.Task[None] | None = None
     ticking: bool = False
     stopped: bool = False
+    wake: asyncio.Event | None = None
 
 
 class Loops(Generic[T]):
@@ -120,6 +123,37 @@ class Loops(Generic[T]):
         if tasks:
             await asyncio.wait(tasks)
 
+    def kick(self, which: Callable[[T], bool]) -> int:
+        """Make every loop whose latest value ``which`` accepts tick now, unless it is
+        ticking, and move its grid there; returns how many were kicked."""
+        kicked = 0
+        for loop in self._loops.values():
+            if not loop.ticking and not loop.stopped and which(loop.value):
+                if loop.wake is None:
+                    loop.wake = asyncio.Event()
+                loop.wake.set()
+                kicked += 1
+        return kicked
+
+    async def _wait(self, loop: _Loop[T], delay: float) -> bool:
+        """Sleep ``delay`` unless kicked first; True if kicked."""
+        if loop.wake is None:
+            loop.wake = asyncio.Event()
+        if loop.wake.is_set():
+            loop.wake.clear()
+            return True
+        sleeper = asyncio.ensure_future(self._sleep(delay))
+        waker = asyncio.ensure_future(loop.wake.wait())
+        try:
+            await asyncio.wait({sleeper, waker}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            sleeper.cancel()
+            waker.cancel()
+        if loop.wake.is_set():
+            loop.wake.clear()
+            return True
+        return False
+
     def next_due(self, start: float, now: float) -> float:
         """The first grid point ``start + k * interval`` strictly after ``now``."""
         periods = max(0, math.floor((now - start) / self.interval) + 1)
@@ -130,8 +164,10 @@ class Loops(Generic[T]):
         due = start
         while True:
             delay = due - self._clock()
-            if delay > 0:
-                await self._sleep(delay)  # stop() cancels a loop here
+            if delay > 0 and await self._wait(loop, delay):  # stop() cancels a loop here
+                start = self._clock()  # kicked: tick now, and the grid goes from here
+            elif loop.wake is not None:
+                loop.wake.clear()  # a kick while it was due anyway
             loop.ticking = True
             try:
                 await self._tick(loop.value)

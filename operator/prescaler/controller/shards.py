@@ -13,7 +13,7 @@ the pools' caches and metric series go, so each pool shows up on one replica's
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -36,6 +36,10 @@ class ShardGate:
     """Reconciles running now, by shard."""
     _pools: dict[str, tuple[int, PoolObject]] = field(default_factory=dict)
     """Pools this replica reconciled, by uid, with their shard."""
+    on_gained: Callable[[frozenset[int]], None] = lambda _: None
+    """Called with the shards just taken over (their pools' loops tick at once, so a
+    pool waits for its new replica no longer than the handover)."""
+    _serving: frozenset[int] = frozenset()
 
     def __post_init__(self) -> None:
         self.leases.busy = self.busy
@@ -45,6 +49,10 @@ class ShardGate:
 
     def shard(self, namespace: str, name: str, spec: Any) -> int:
         return pool_shard(namespace, name, spec or {}, self.leases.shards)
+
+    def shard_of_body(self, body: Mapping[str, Any]) -> int:
+        meta = body["metadata"]
+        return self.shard(meta["namespace"], meta["name"], body.get("spec"))
 
     @contextlib.contextmanager
     def acting(self, pool: PoolObject) -> Iterator[PoolObject | None]:
@@ -91,6 +99,9 @@ class ShardGate:
         self._pools.pop(pool.uid, None)
 
     def changed(self, serving: frozenset[int]) -> None:
+        gained, self._serving = serving - self._serving, serving
+        if gained:
+            self.on_gained(gained)
         self.metrics.shards_served.set(len(serving))
         for shard in range(self.leases.shards):
             self.metrics.shard_served.labels(str(shard), self.leases.identity).set(
