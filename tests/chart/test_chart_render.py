@@ -265,6 +265,40 @@ def test_two_replicas_without_leader_election_fail(helm: Helm) -> None:
         helm.template(late)
 
 
+def test_shards_env_and_lease_rbac(helm: Helm) -> None:
+    """``shards`` reaches the operator's settings, and the Lease Role names every shard
+    and member slot Lease the operator uses (``prescaler.sharding.lease_names``) and lets
+    it list them; without shards it names the leader Lease only and lists nothing."""
+    from prescaler.sharding import lease_names
+
+    values = {"replicaCount": 3, "shards": 6}
+    docs = helm.template(values)
+    env = env_of(operator_container(docs))
+    assert env["PRESCALER_LEADER_SHARDS"] == "6"
+    settings = from_env({k: v for k, v in env.items() if isinstance(v, str)})
+    assert settings.leader.shards == 6
+    assert settings.leader.enabled
+    assert one(docs, "Deployment")["spec"]["replicas"] == 3
+    role = next(
+        r for r in by_kind(docs, "Role") if r["metadata"]["name"].endswith("-leader-election")
+    )
+    named = [r for r in role["rules"] if r.get("resourceNames")]
+    assert [r["resourceNames"] for r in named] == [list(lease_names("prescaler", 6))]
+    assert named[0]["verbs"] == ["get", "update"]
+    assert {v for r in role["rules"] for v in r["verbs"]} == {"get", "update", "create", "list"}
+    assert all(r["resources"] == ["leases"] for r in role["rules"])
+    _validate_strict(docs)
+
+    single = helm.template()
+    role = next(
+        r for r in by_kind(single, "Role") if r["metadata"]["name"].endswith("-leader-election")
+    )
+    assert [r.get("resourceNames") for r in role["rules"]] == [["prescaler"], None]
+    assert env_of(operator_container(single))["PRESCALER_LEADER_SHARDS"] == "0"
+    with pytest.raises(HelmError, match=r"shards > 0 needs leaderElection"):
+        helm.template({"replicaCount": 1, "shards": 2, "leaderElection": {"enabled": False}})
+
+
 def test_high_availability_objects(helm: Helm) -> None:
     docs = helm.template()
     deployment = one(docs, "Deployment")
@@ -352,6 +386,8 @@ def test_minimal_variant_creates_no_cluster_objects_it_was_told_not_to(helm: Hel
         ({"placeholderPriorityClass": {"value": 5}}, "/placeholderPriorityClass/value"),
         ({"grafanaDashboard": {"label": {"a": "b"}}}, "label"),
         ({"metrics": {"port": 70000}}, "/metrics/port"),
+        ({"shards": -1}, "/shards"),
+        ({"shards": "4"}, "/shards"),
     ],
 )
 def test_schema_rejects_wrong_values(helm: Helm, values: dict[str, Any], field: str) -> None:

@@ -58,6 +58,24 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- default (include "prescaler.fullname" .) .Values.leaderElection.leaseName }}
 {{- end }}
 
+{{/* Every Lease the operator uses, as a YAML flow list: the leader Lease, or with shards
+one Lease per shard and one per member slot (operator/prescaler/sharding.py lease_names). */}}
+{{- define "prescaler.leaseNames" -}}
+{{- $base := include "prescaler.leaseName" . }}
+{{- $names := list }}
+{{- if gt (int .Values.shards) 0 }}
+{{- range $i := until (int .Values.shards) }}
+{{- $names = append $names (printf "%s-shard-%d" $base $i) }}
+{{- end }}
+{{- range $i := until (int .Values.shards) }}
+{{- $names = append $names (printf "%s-member-%d" $base $i) }}
+{{- end }}
+{{- else }}
+{{- $names = list $base }}
+{{- end }}
+{{- $names | toJson }}
+{{- end }}
+
 {{/* The operator image reference: repository:tag, or repository@digest. */}}
 {{- define "prescaler.image" -}}
 {{- if .Values.image.digest }}
