@@ -14,9 +14,10 @@ cycle (this process, plus fit workers), RSS, the pools' ForecastHealthy reasons,
 writes per minute by kind, and the CPU the whole stack spent per reconcile by component
 (operator with its fit workers, kube-apiserver, Prometheus, etcd, the rest).
 
-``--week-old-status`` starts every pool with the status a week-old pool has (168 hourly
-buckets in ``status.againstHpa``, about 40 KB): a fresh pool's is a fifth of that, and an
-API server's cost per status write follows the object's size.
+``--week-old-status`` starts every pool with the status a week-old pool has (a week of
+``status.againstHpa`` buckets, 24 hourly and 7 daily, about 9 KB; 168 hourly ones, about
+40 KB, before they were merged): an API server's cost per status write follows the
+object's size.
 
 ``--restart`` then stops the operator and starts a fresh one on the same pools (as after
 a crash or a failover) and reports each of its first ``--cycles`` cycles on its own:
@@ -46,9 +47,10 @@ sys.path.insert(0, str(ROOT / "tests"))
 import yaml  # noqa: E402
 from kubernetes import client  # noqa: E402
 
+from _week_old import week_old_against_hpa  # noqa: E402
 from cluster.launcher import ClusterConfig, LocalCluster  # noqa: E402
 from cluster.prometheus import Prometheus, vllm_samples  # noqa: E402
-from prescaler.api import AgainstHpaHour, AgainstHpaStatus, ForecastSpec  # noqa: E402
+from prescaler.api import ForecastSpec  # noqa: E402
 from prescaler.metrics import Metrics  # noqa: E402
 from prescaler.settings import (  # noqa: E402
     MetricsSettings,
@@ -251,25 +253,11 @@ def create_pools(
 
 
 def seed_week(api: Any, ns: str, pools: int) -> None:
-    """Give every pool the status of a pool a week old: ``status.againstHpa`` with its
-    168 hourly buckets (the counters a restart goes on from), as the operator would have
-    written them. A fresh pool's status is a fifth of that size."""
+    """Give every pool the status of a pool a week old: ``status.againstHpa`` with a week
+    of buckets (the counters a restart goes on from), as the operator would have written
+    them."""
     custom: Any = client.CustomObjectsApi(api)
-    hour = 3600.0 * (time.time() // 3600)
-    hours = [
-        AgainstHpaHour(
-            start=hour - 3600.0 * k,
-            seconds=3600.0,
-            demand=18000.0 + 7.0 * k,
-            gpu_hours=1.0,
-            unserved=0.5,
-            hpa_gpu_hours=1.25,
-            hpa_unserved=3.25,
-            hpa_short_minutes=1,
-        )
-        for k in range(167, 0, -1)
-    ]
-    status = AgainstHpaStatus(basis="fleet", summary="", hours=hours).wire()
+    status = week_old_against_hpa(time.time())
     for i in range(pools):
         custom.patch_namespaced_custom_object_status(
             "prescaler.io",

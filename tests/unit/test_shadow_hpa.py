@@ -4,6 +4,7 @@ and its counters (pure, no I/O)."""
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -11,6 +12,7 @@ import pytest
 from prescaler.backtest import (
     Demand,
     FleetConfig,
+    Hour,
     Observed,
     ReactivePolicy,
     ShadowFleet,
@@ -133,17 +135,53 @@ def test_unknown_demand_scores_nothing_and_holds_the_shadow() -> None:
     )
 
 
-def test_windows_keep_their_hours_and_old_hours_are_dropped() -> None:
+def _hours(n: int, start: float = T0) -> ShadowState:
+    """``n`` hours, each scored for 30 s (three observations 15 s apart)."""
     state = ShadowState()
-    for hour in range(8 * 24):
-        t = T0 + hour * 3600
+    for hour in range(n):
+        t = start + hour * 3600
         for k in range(3):
             state = shadow_step(state, SETUP, Observed(t + 15 * k, 10.0, ready=4, existing=4))
-    now = T0 + (8 * 24 - 1) * 3600 + 30
-    assert len(state.hours) == 7 * 24
+    return state
+
+
+def test_windows_keep_their_hours_and_old_hours_are_dropped() -> None:
+    """The last 24 hours stay hourly; older hours merge into one bucket per UTC day, and the
+    7-day window counts a day's bucket when most of it lies in the window."""
+    start = 86400.0 * 20_000 + 5 * 3600  # a day's 05:00, so the days are cut mid-window
+    state = _hours(9 * 24, start)
+    now = start + (9 * 24 - 1) * 3600 + 30
+    hourly = [h for h in state.hours if h.span == 3600.0]
+    daily = [h for h in state.hours if h.span > 3600.0]
+    assert len(hourly) == 24
+    assert [h.start for h in hourly] == [now // 3600 * 3600 - 3600 * k for k in range(23, -1, -1)]
+    assert all(h.start % 86400 == 0 for h in daily)
+    assert len(state.hours) <= 24 + 8
     day, week = compare(state, now, "24h", 86400), compare(state, now, "7d", 7 * 86400)
     assert day.observed_hours == pytest.approx(24 * 30 / 3600)
-    assert week.observed_hours == pytest.approx(7 * 24 * 30 / 3600)
+    # The week counts whole days around its edge: within half a day of 7 days, and
+    # nothing counted twice or lost (every counted bucket holds 30 s per hour it covers).
+    counted = [h for h in state.hours if h.counted_in(now // 3600 * 3600 - 7 * 86400 + 3600)]
+    assert week.observed_hours == pytest.approx(sum(h.span for h in counted) / 3600 * 30 / 3600)
+    assert 6.5 * 24 * 30 / 3600 <= week.observed_hours <= 7.5 * 24 * 30 / 3600
+    assert week.gpu_hours == pytest.approx(4 * week.observed_hours)
+
+
+def test_a_restarted_week_of_hourly_buckets_is_merged_into_days() -> None:
+    """A status written before the buckets were merged (168 hourly ones) is merged at the
+    next observation, its counts kept."""
+    state = _hours(2)
+    now = T0 + 3600 + 30
+    old = tuple(
+        Hour(now // 3600 * 3600 - 3600 * k, seconds=30.0, demand=300.0, gpu_hours=1.0)
+        for k in range(167, 1, -1)
+    )
+    state = replace(state, hours=old + state.hours)
+    before = compare(state, now, "7d", 7 * 86400)
+    after = shadow_step(state, SETUP, Observed(now + 15, 10.0, ready=4, existing=4))
+    assert len(after.hours) <= 24 + 8
+    week = compare(after, now + 15, "7d", 7 * 86400)
+    assert abs(week.observed_hours - before.observed_hours) <= 12 * 30 / 3600
 
 
 def test_the_status_keeps_the_whole_state() -> None:
@@ -163,7 +201,7 @@ def test_the_status_keeps_the_whole_state() -> None:
         state.hpa_short,
     )
     for a, b in zip(again.hours, state.hours, strict=True):
-        assert a.start == b.start
+        assert (a.start, a.span) == (b.start, b.span)
         assert a.gpu_hours == pytest.approx(b.gpu_hours, abs=1e-6)
         assert a.hpa_short_minutes == b.hpa_short_minutes
     assert status.basis == "plan"

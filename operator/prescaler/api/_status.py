@@ -344,13 +344,16 @@ class RiskStatus(WireModel):
 
 
 class AgainstHpaHour(WireModel):
-    """One hour of the comparison with the shadow HPA (the counters a restarted operator
-    goes on from). Demand counts requests (a role's tokens)."""
+    """One bucket of the comparison with the shadow HPA (the counters a restarted operator
+    goes on from): an hour, or the hours of one UTC day once they are a day old. Demand
+    counts requests (a role's tokens)."""
 
     start: float
-    """The hour's first second (unix seconds)."""
+    """The bucket's first second (unix seconds)."""
+    span: float = Field(default=3600.0, gt=0, le=86400.0)
+    """Seconds from ``start`` the bucket covers: 3600, or up to a day once merged."""
     seconds: float = 0.0
-    """Seconds observed and scored in the hour."""
+    """Seconds observed and scored in the bucket."""
     demand: float = 0.0
     """Demand that arrived."""
     gpu_hours: float = 0.0
@@ -463,7 +466,8 @@ class AgainstHpaStatus(WireModel):
     hpa_short: bool = False
     """The shadow HPA was short in ``minute`` so far."""
     hours: list[AgainstHpaHour] = Field(default_factory=list, max_length=170)
-    """Hourly counters of the last 7 days, oldest first."""
+    """The counters of the last 7 days, oldest first: one bucket per hour for the last 24
+    hours, one per UTC day before them."""
 
 
 class FleetStatus(WireModel):

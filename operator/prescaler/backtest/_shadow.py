@@ -17,8 +17,11 @@ Prescaler's side is its real fleet (ready and existing replicas, standby); a poo
 run scales nothing, so its side is the plan's own fleet, simulated like the shadow's
 (``Observed.planned``).
 
-The counters live in hourly buckets for :data:`KEEP_SECONDS` (7 days), which the operator
-keeps in the pool's status, so a restarted or failed-over operator goes on from them. A gap
+The counters live in buckets for :data:`KEEP_SECONDS` (7 days), which the operator keeps in
+the pool's status, so a restarted or failed-over operator goes on from them: one per hour
+for the last :data:`HOURLY_SECONDS` (the 24-hour window is exact), older hours merged into
+one per UTC day (31 buckets for a week, not 168: a status write costs the API server in
+proportion to the object's size). A gap
 between observations longer than :data:`MAX_GAP_SECONDS` (an operator down, Prometheus
 unreadable) is not scored: the shadow's replicas become ready meanwhile, nothing is counted.
 
@@ -44,8 +47,11 @@ from prescaler.backtest._simulate import fluid_queue
 SYNC_SECONDS = ReactivePolicy.sync_seconds
 """The HPA's sync period: the shadow's step."""
 HOUR = 3600.0
-KEEP_SECONDS = 7 * 86400.0
-"""How long the hourly buckets are kept: the longest window reported."""
+DAY = 86400.0
+KEEP_SECONDS = 7 * DAY
+"""How long the buckets are kept: the longest window reported."""
+HOURLY_SECONDS = DAY
+"""Buckets stay hourly for this long; older hours are merged into one bucket per UTC day."""
 WINDOWS: tuple[tuple[str, float], ...] = (("24h", 86400.0), ("7d", KEEP_SECONDS))
 """The rolling windows reported: name and length."""
 MAX_GAP_SECONDS = 300.0
@@ -87,7 +93,8 @@ class ShadowFleet:
 
 @dataclass(frozen=True, slots=True)
 class Hour:
-    """One hour's counters (``start``: the hour's first second, unix)."""
+    """One bucket's counters: an hour, or (older than :data:`HOURLY_SECONDS`) the hours of
+    one UTC day merged (``start``: its first second, unix)."""
 
     start: float
     seconds: float = 0.0
@@ -104,6 +111,29 @@ class Hour:
     hpa_gpu_hours: float = 0.0
     hpa_unserved: float = 0.0
     hpa_short_minutes: int = 0
+    span: float = HOUR
+    """Seconds from ``start`` that the bucket covers: an hour, up to a day once merged."""
+
+    def merged(self, other: Hour) -> Hour:
+        """This bucket with ``other``'s counts added, covering up to ``other``'s end."""
+        return Hour(
+            self.start,
+            seconds=self.seconds + other.seconds,
+            demand=self.demand + other.demand,
+            gpu_hours=self.gpu_hours + other.gpu_hours,
+            standby_gpu_hours=self.standby_gpu_hours + other.standby_gpu_hours,
+            unserved=self.unserved + other.unserved,
+            short_minutes=self.short_minutes + other.short_minutes,
+            hpa_gpu_hours=self.hpa_gpu_hours + other.hpa_gpu_hours,
+            hpa_unserved=self.hpa_unserved + other.hpa_unserved,
+            hpa_short_minutes=self.hpa_short_minutes + other.hpa_short_minutes,
+            span=max(self.start + self.span, other.start + other.span) - self.start,
+        )
+
+    def counted_in(self, oldest: float) -> bool:
+        """Whether a window from ``oldest`` counts this bucket: when most of it lies in
+        the window (an hour: when it starts there; a day: its middle)."""
+        return self.start + self.span / 2 >= oldest
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,7 +159,8 @@ class ShadowState:
     """Prescaler was short in some step of ``minute``."""
     hpa_short: bool = False
     hours: tuple[Hour, ...] = ()
-    """Hourly counters, oldest first, for the last :data:`KEEP_SECONDS`."""
+    """The counters' buckets, oldest first, for the last :data:`KEEP_SECONDS`: daily, then
+    hourly for the last :data:`HOURLY_SECONDS`."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -350,27 +381,44 @@ def _add(
     i = next(i for i in range(len(hours) - 1, -1, -1) if hours[i].start <= start)
     if hours[i].start != start:  # an hour older than the newest bucket (never in order)
         return hours
-    h = hours[i]
-    hours[i] = Hour(
-        start,
-        seconds=h.seconds + seconds,
-        demand=h.demand + demand,
-        gpu_hours=h.gpu_hours + gpu_hours,
-        standby_gpu_hours=h.standby_gpu_hours + standby_gpu_hours,
-        unserved=h.unserved + unserved,
-        short_minutes=h.short_minutes + short_minutes,
-        hpa_gpu_hours=h.hpa_gpu_hours + hpa_gpu_hours,
-        hpa_unserved=h.hpa_unserved + hpa_unserved,
-        hpa_short_minutes=h.hpa_short_minutes + hpa_short,
+    hours[i] = hours[i].merged(
+        Hour(
+            start,
+            seconds=seconds,
+            demand=demand,
+            gpu_hours=gpu_hours,
+            standby_gpu_hours=standby_gpu_hours,
+            unserved=unserved,
+            short_minutes=short_minutes,
+            hpa_gpu_hours=hpa_gpu_hours,
+            hpa_unserved=hpa_unserved,
+            hpa_short_minutes=hpa_short,
+        )
     )
     return hours
 
 
 def _prune(state: ShadowState, now: float) -> ShadowState:
-    oldest = math.floor(now / HOUR) * HOUR - KEEP_SECONDS + HOUR
-    if not state.hours or state.hours[0].start >= oldest:
-        return state
-    return replace(state, hours=tuple(h for h in state.hours if h.start >= oldest))
+    """Hours older than :data:`HOURLY_SECONDS` merged into their UTC day's bucket, and
+    buckets no window counts any more dropped."""
+    hour = math.floor(now / HOUR) * HOUR
+    hourly_from = hour - HOURLY_SECONDS + HOUR
+    oldest = hour - KEEP_SECONDS + HOUR
+    if not state.hours or (
+        state.hours[0].counted_in(oldest)
+        and all(h.start >= hourly_from or h.start % DAY == 0 for h in state.hours)
+    ):
+        return state  # the old buckets are days already (one each: distinct starts)
+    kept: list[Hour] = []
+    for h in state.hours:
+        if h.start < hourly_from:
+            day = math.floor(h.start / DAY) * DAY
+            if kept and kept[-1].start == day:
+                kept[-1] = kept[-1].merged(h)
+                continue
+            h = replace(h, start=day, span=h.start + h.span - day)
+        kept.append(h)
+    return replace(state, hours=tuple(h for h in kept if h.counted_in(oldest)))
 
 
 @dataclass(frozen=True, slots=True)
@@ -400,9 +448,10 @@ class Comparison:
 
 
 def compare(state: ShadowState, now: float, window: str, span_seconds: float) -> Comparison:
-    """Sum the hourly buckets of the last ``span_seconds`` (the current hour included)."""
+    """Sum the buckets of the last ``span_seconds`` (the current hour included; a day's
+    bucket when most of it lies in the window)."""
     oldest = math.floor(now / HOUR) * HOUR - span_seconds + HOUR
-    hours = [h for h in state.hours if h.start >= oldest]
+    hours = [h for h in state.hours if h.counted_in(oldest)]
     demand = sum(h.demand for h in hours)
     return Comparison(
         window=window,
