@@ -3,8 +3,8 @@
 Three replicas split 300 pools over 6 shard Leases. Each pool's serving replica is read
 two ways: from the operators' own ``/metrics`` (``prescaler_pool_reconciles_total`` is
 exported only by the replica serving the pool) and from ``status.servedBy``, which the
-serving replica writes. The replicas run with a 10 s reconcile period and 6 s Leases
-(renew deadline 4 s, retry 1 s), set by flags.
+serving replica writes. The replicas run with the default 15 s reconcile period and 12 s
+Leases (renew deadline 8 s, retry 1.5 s; client-go's are 15, 10 and 2), set by flags.
 
 - every pool is reconciled by exactly one replica, the one its status names, on the shard
   its demand series hashes to;
@@ -51,8 +51,8 @@ pytestmark = pytest.mark.cluster
 
 POOLS = 300
 SHARDS = 6
-INTERVAL = 10.0
-LEASE, RENEW, RETRY = 6.0, 4.0, 1.0
+INTERVAL = 15.0
+LEASE, RENEW, RETRY = 12.0, 8.0, 1.5
 ARGS = [
     "--shards",
     str(SHARDS),
@@ -325,7 +325,9 @@ def test_a_killed_replicas_pools_are_served_again_within_the_lease(
         # after it), and the Lease is written at the next round (another retry period);
         # 4 s more for a busy machine (a round's own calls, this test's polling).
         assert takeover <= LEASE + 2 * RETRY + 4.0, takeover
-        assert served <= takeover + INTERVAL, served
+        # Each pool within a cycle of the takeover (the new holder kicks them, spread over
+        # 3.75 s), plus 10 s for a busy machine to get through a hundred reconciles.
+        assert served <= takeover + INTERVAL + 10.0, served
 
         def recorded() -> bool:
             statuses = _statuses(k)

@@ -277,3 +277,26 @@ def test_a_kick_ticks_the_chosen_loops_now_and_moves_their_grid() -> None:
         await loops.close()
 
     run(scenario)
+
+
+def test_a_kick_within_a_spread_ticks_each_loop_at_its_own_delay() -> None:
+    async def scenario(vt: VirtualTime) -> None:
+        ticks: list[float] = []
+
+        async def tick(_: str) -> None:
+            ticks.append(vt.now)
+
+        loops = _loops(vt, tick)  # the spread: a quarter of what it is given
+        loops.feed("a", "a")
+        await vt.advance(6.0)
+        assert ticks == [2.5]
+        loops.kick(lambda _: True, within=4.0)
+        await vt.advance(6.9)
+        assert ticks == [2.5]
+        await vt.advance(7.0)
+        assert ticks == [2.5, 7.0]
+        await vt.advance(17.0)
+        assert ticks == [2.5, 7.0, 17.0]
+        await loops.close()
+
+    run(scenario)

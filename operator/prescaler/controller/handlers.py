@@ -20,6 +20,10 @@ if TYPE_CHECKING:
     from prescaler.controller.shards import ShardGate
 
 
+KICK_SPREAD_SECONDS = 5.0
+"""The pools of a shard just taken over tick within this long (or a quarter period)."""
+
+
 def _pool(kwargs: dict[str, Any], superseded_by: str | None = None) -> PoolObject:
     body = kwargs["body"]
     return PoolObject(
@@ -114,7 +118,9 @@ def register(
         gate = shards
 
         def taken_over(gained: frozenset[int]) -> None:
-            loops.kick(lambda seen: gate.shard_of_body(seen[0]) in gained)
+            # Spread over a fraction of the period: a shard's pools do not all tick at once.
+            spread = min(interval / 4, KICK_SPREAD_SECONDS)
+            loops.kick(lambda seen: gate.shard_of_body(seen[0]) in gained, within=spread)
 
         gate.on_gained = taken_over
 

@@ -40,6 +40,7 @@ class _Loop(Generic[T]):
     ticking: bool = False
     stopped: bool = False
     wake: asyncio.Event | None = None
+    kick_delay: float = 0.0
 
 
 class Loops(Generic[T]):
@@ -123,14 +124,17 @@ class Loops(Generic[T]):
         if tasks:
             await asyncio.wait(tasks)
 
-    def kick(self, which: Callable[[T], bool]) -> int:
-        """Make every loop whose latest value ``which`` accepts tick now, unless it is
-        ticking, and move its grid there; returns how many were kicked."""
+    def kick(self, which: Callable[[T], bool], within: float = 0.0) -> int:
+        """Make every loop whose latest value ``which`` accepts tick now (or, with
+        ``within``, at a spread delay in ``[0, within)``, so many kicked loops do not tick
+        in one burst), unless it is ticking, and move its grid there; returns how many
+        were kicked."""
         kicked = 0
         for loop in self._loops.values():
             if not loop.ticking and not loop.stopped and which(loop.value):
                 if loop.wake is None:
                     loop.wake = asyncio.Event()
+                loop.kick_delay = self._spread(within) if within > 0 else 0.0
                 loop.wake.set()
                 kicked += 1
         return kicked
@@ -165,7 +169,10 @@ class Loops(Generic[T]):
         while True:
             delay = due - self._clock()
             if delay > 0 and await self._wait(loop, delay):  # stop() cancels a loop here
-                start = self._clock()  # kicked: tick now, and the grid goes from here
+                # Kicked: tick now (or after the kick's spread), the grid goes from there.
+                start = due = self._clock() + loop.kick_delay
+                if loop.kick_delay > 0:
+                    continue
             elif loop.wake is not None:
                 loop.wake.clear()  # a kick while it was due anyway
             loop.ticking = True

@@ -139,6 +139,11 @@ def target_owner(me: TargetClaim, claims: Iterable[TargetClaim]) -> str | None:
     return rivals[0].name if rivals else None
 
 
+class NotServing(Exception):
+    """This replica stopped serving the pool's shard during the reconcile (its Lease
+    renewal was late, or the shard is being given up): nothing more is written."""
+
+
 class InvalidPool(Exception):
     """The pool cannot be served as specified; the message says why."""
 

@@ -47,6 +47,7 @@ from prescaler.controller.model import (
     ForecastResult,
     Gathered,
     InvalidPool,
+    NotServing,
     PoolObject,
     fleet_key,
     fleet_label,
@@ -186,6 +187,10 @@ class Reconciler:
     clock: Callable[[], float] = time.time
     prewarm: Prewarmer | None = None
     """Warm-up of new pods (``spec.prewarm``); without it the spec field is ignored."""
+    serving: Callable[[PoolObject], bool] = lambda _: True
+    """Whether this replica still serves the pool (with shards: holds its shard's Lease,
+    renewed within the renew deadline). Checked before the scale and the status write, so
+    a reconcile that outlives its shard writes nothing more."""
     _sources: dict[str, tuple[str, PrometheusSource]] = field(default_factory=dict)
     _snapshots: dict[str, _Shared] = field(default_factory=dict)
     """The last snapshot of each source (by its key), shared by the pools that read it."""
@@ -239,9 +244,14 @@ class Reconciler:
         base = pool
         if kept is not None and kept[0].resource_version == pool.resource_version:
             base = replace(pool, status=kept[1])
-        patch = await self.reconcile(base)
-        if pool.served_by is not None:
-            patch["servedBy"] = pool.served_by.wire()
+        try:
+            patch = await self.reconcile(base)
+            if pool.served_by is not None:
+                patch["servedBy"] = pool.served_by.wire()
+            if not self.serving(pool):
+                raise NotServing
+        except NotServing:
+            return  # its new holder reconciles it
         await self.write_status(pool, patch, base.status)
 
     async def write_status(
@@ -701,6 +711,8 @@ class Reconciler:
         promotions, standby objects, Events. Dumb on purpose."""
         if spec.dry_run:
             return None
+        if not self.serving(pool):
+            raise NotServing
         ns, target = pool.namespace, target_of(spec)
         try:
             for pod, cost in drain.costs if drain is not None else ():

@@ -189,8 +189,9 @@ def shard_gate(settings: OperatorSettings, runtime: Runtime) -> ShardGate | None
     namespace, identity = _identity(settings)
     runtime.metrics.leader.set(0)  # no single leader: see prescaler_shards_served
     runtime.metrics.shards_served.set(0)
+    # The Leases get a client of their own: a renewal never queues behind reconciles.
     leases = ShardLeases.for_client(
-        runtime.kube.api_client,
+        load_api_client(settings.reconcile.kubeconfig, pool_size=leader.shards + 1),
         namespace,
         leader.lease_name,
         identity,

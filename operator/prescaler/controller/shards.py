@@ -46,6 +46,12 @@ class ShardGate:
         self.leases.on_release = self.release
         self.leases.on_lost = self.lost
         self.leases.on_change = self.changed
+        self.reconciler.serving = self.still_serves
+
+    def still_serves(self, pool: PoolObject) -> bool:
+        """The reconciler's check before it writes: the shard the reconcile started on is
+        still served here."""
+        return pool.served_by is None or self.leases.serves(pool.served_by.shard)
 
     def shard(self, namespace: str, name: str, spec: Any) -> int:
         return pool_shard(namespace, name, spec or {}, self.leases.shards)

@@ -82,9 +82,12 @@ class ShardLeases:
     _draining: set[int] = field(default_factory=set)
     _serving: frozenset[int] = frozenset()
     _live: int = 0
-    _pool: ThreadPoolExecutor = field(
-        default_factory=lambda: ThreadPoolExecutor(max_workers=1, thread_name_prefix="shards")
-    )
+    api_client: client.ApiClient | None = None
+    """A client of the Leases' own, closed when the loop ends (:meth:`for_client`): Lease
+    calls never wait for a connection behind the reconciles' calls."""
+    _pool: ThreadPoolExecutor | None = None
+    """Threads for the Lease calls: one per shard and one for the slot, so the renewals of
+    one round go out side by side."""
 
     def __post_init__(self) -> None:
         if self.shards < 1:
@@ -104,6 +107,10 @@ class ShardLeases:
 
         self._shard = [elector(shard_lease_name(self.base, i)) for i in range(self.shards)]
         self._slot = [elector(slot_lease_name(self.base, i)) for i in range(self.shards)]
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(
+                max_workers=self.shards + 1, thread_name_prefix="shard-leases"
+            )
 
     @classmethod
     def for_client(
@@ -115,7 +122,9 @@ class ShardLeases:
         shards: int,
         **kw: Any,
     ) -> ShardLeases:
-        return cls(client.CoordinationV1Api(api_client), namespace, base, identity, shards, **kw)
+        """Over ``api_client``, which the loop closes when it ends."""
+        coordination = client.CoordinationV1Api(api_client)
+        return cls(coordination, namespace, base, identity, shards, api_client=api_client, **kw)
 
     # ------------------------------------------------------------------ state
     def serves(self, shard: int) -> bool:
@@ -156,16 +165,29 @@ class ShardLeases:
             await self._leave()
 
     async def step(self) -> None:
-        """One round: list, renew, then give up or take shards toward the quota."""
+        """One round: list, renew, then give up or take shards toward the quota. The
+        renewals (slot and held shards) go out side by side, so a slow API server costs a
+        round one call's latency, not one per Lease."""
         listed = await self._io(self._list)
+        renewing = [i for i, e in enumerate(self._shard) if e.is_leader() or i in self._draining]
         for i, elector in enumerate(self._shard):
-            lease = listed.get(elector.name)
-            if elector.is_leader() or i in self._draining:
-                ok = await self._io(elector.try_acquire_or_renew, lease)
-                if not ok and not elector.is_leader():
-                    self._draining.discard(i)
-            else:
-                elector.observe(lease)
+            if i not in renewing:
+                elector.observe(listed.get(elector.name))
+        results = await asyncio.gather(
+            self._io(self._take_slot, listed),
+            *(
+                self._io(self._shard[i].try_acquire_or_renew, listed.get(self._shard[i].name))
+                for i in renewing
+            ),
+            return_exceptions=True,
+        )
+        if isinstance(results[0], BaseException):
+            log.warning("member slot of %s: %s", self.base, results[0])
+        for i, ok in zip(renewing, results[1:], strict=True):
+            if isinstance(ok, BaseException):
+                log.warning("shard %d of %s: renewal failed: %s", i, self.base, ok)
+            elif not ok and not self._shard[i].is_leader():
+                self._draining.discard(i)
         live = [i for i, e in enumerate(self._slot) if e.is_leader() or not e.available()]
         self._live = len(live)
         my_slot = self.slot
@@ -217,14 +239,17 @@ class ShardLeases:
                 await self._io(self._slot[self._my_slot].release)
         self._my_slot = None
         self._notice()
-        self._pool.shutdown(wait=False, cancel_futures=True)
+        if self._pool is not None:
+            self._pool.shutdown(wait=False, cancel_futures=True)
+        if self.api_client is not None:
+            self.api_client.close()  # type: ignore[no-untyped-call]
 
     # ------------------------------------------------------------------ I/O
     async def _io(self, fn: Callable[..., Any], *args: Any) -> Any:
         return await asyncio.get_running_loop().run_in_executor(self._pool, fn, *args)
 
     def _list(self) -> dict[str, Any]:
-        """The set's Leases by name (blocking), and this replica's slot renewed or taken."""
+        """The set's Leases by name (blocking); the other replicas' slots observed."""
         listing = self.coordination.list_namespaced_lease(
             self.namespace, label_selector=f"{SHARD_LEASE_LABEL}={self.base}"
         )
@@ -232,7 +257,6 @@ class ShardLeases:
         for i, elector in enumerate(self._slot):
             if i != self._my_slot:
                 elector.observe(listed.get(elector.name))
-        self._take_slot(listed)
         return listed
 
     def _take_slot(self, listed: dict[str, Any]) -> None:
