@@ -19,6 +19,11 @@ writes per minute by kind, and the CPU the whole stack spent per reconcile by co
 40 KB, before they were merged): an API server's cost per status write follows the
 object's size.
 
+``--shards N`` runs ``--replicas`` (default N) ``prescaler run --shards N`` processes on
+the pools instead of one operator in this process, and reports each replica's share: the
+shards and pools it serves, its reconciles per minute, p99, CPU seconds per cycle (with
+its fit workers) and RSS, plus the share of all pools reconciled in every cycle.
+
 ``--restart`` then stops the operator and starts a fresh one on the same pools (as after
 a crash or a failover) and reports each of its first ``--cycles`` cycles on its own:
 whether every pool was reconciled, p99, selections redone versus resumed from status, and
@@ -30,14 +35,18 @@ Needs the cluster binaries (``make cluster-bin``) and Debian's prometheus/promto
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import os
 import resource
+import socket
+import subprocess
 import sys
 import tempfile
 import threading
 import time
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -491,6 +500,184 @@ def run_one(
     return result
 
 
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _tree_cpu_and_rss(root: int) -> tuple[float, int]:
+    """CPU seconds and RSS (bytes) of a process and its descendants (its fit workers)."""
+    tick, page = os.sysconf("SC_CLK_TCK"), os.sysconf("SC_PAGE_SIZE")
+    stats: dict[int, list[str]] = {}
+    for pid in os.listdir("/proc"):
+        if pid.isdigit():
+            with contextlib.suppress(OSError):
+                stats[int(pid)] = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    tree, grew = {root}, True
+    while grew:
+        more = {pid for pid, st in stats.items() if int(st[1]) in tree} - tree
+        grew = bool(more)
+        tree |= more
+    cpu = sum(sum(int(x) for x in stats[p][11:13]) / tick for p in tree if p in stats)
+    rss = sum(int(stats[p][21]) * page for p in tree if p in stats)
+    return cpu, rss
+
+
+def _scrape(port: int) -> list[tuple[str, dict[str, str], float]]:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=30) as resp:
+        text = resp.read().decode()
+    return [
+        (s.name, dict(s.labels), s.value)
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    ]
+
+
+def _replica_view(port: int) -> dict[str, Any]:
+    """One replica's reconcile histogram, per-pool last reconcile times, pools and shards."""
+    view: dict[str, Any] = {"bounds": [], "buckets": [], "count": 0.0, "last": {}, "pools": 0}
+    for name, labels, value in _scrape(port):
+        if name == "prescaler_reconcile_duration_seconds_bucket":
+            view["bounds"].append(float(labels["le"]))
+            view["buckets"].append(value)
+        elif name == "prescaler_reconcile_duration_seconds_count":
+            view["count"] = value
+        elif name == "prescaler_last_reconcile_timestamp_seconds":
+            view["last"][labels["pool"]] = value
+        elif name == "prescaler_pool_reconciles_total":
+            view["pools"] += 1
+        elif name == "prescaler_shards_served":
+            view["shards"] = int(value)
+    return view
+
+
+def run_sharded(
+    cluster: LocalCluster,
+    prometheus: Prometheus,
+    pools: int,
+    cycles: int,
+    model: str,
+    groups: int,
+    days: float,
+    shards: int,
+    replicas: int,
+    warmup: float,
+) -> dict[str, Any]:
+    """``replicas`` processes of ``prescaler run --shards`` on ``pools`` pools."""
+    api = cluster.api_client()
+    core: Any = client.CoreV1Api(api)
+    ns = f"bench-{pools}-s{shards}-{int(time.time())}"
+    core.create_namespace({"metadata": {"name": ns}})
+    backfill(prometheus, ns, groups, days)
+    create_pools(api, prometheus, ns, pools, groups, model, days)
+    procs: dict[str, tuple[subprocess.Popen[bytes], int]] = {}
+    logs = tempfile.mkdtemp(prefix="prescaler-shards-")
+    env = {**os.environ, "KUBECONFIG": str(cluster.kubeconfig)}
+    try:
+        for i in range(replicas):
+            identity, port = f"replica-{i}", _free_port()
+            argv = [
+                str(Path(sys.executable).parent / "prescaler"),
+                "run",
+                "--namespace",
+                ns,
+                "--metrics-port",
+                str(port),
+                "--interval",
+                str(INTERVAL),
+                "--leader-election",
+                "--leader-namespace",
+                ns,
+                "--leader-identity",
+                identity,
+                "--shards",
+                str(shards),
+            ]
+            with open(Path(logs) / f"{identity}.log", "ab") as out:
+                procs[identity] = (
+                    subprocess.Popen(argv, env=env, stdout=out, stderr=subprocess.STDOUT),
+                    port,
+                )
+        time.sleep(warmup)
+        before = {name: _replica_view(port) for name, (_, port) in procs.items()}
+        cpu1 = {name: _tree_cpu_and_rss(proc.pid)[0] for name, (proc, _) in procs.items()}
+        cluster1, busy1 = _cluster_cpu(), _machine_busy()
+        peak_rss = dict.fromkeys(procs, 0)
+        covered: list[float] = []
+        t1 = time.monotonic()
+        for _ in range(cycles):
+            wall = time.time()
+            cycle_end = time.monotonic() + INTERVAL
+            while time.monotonic() < cycle_end:
+                time.sleep(min(5.0, max(0.0, cycle_end - time.monotonic())))
+                for name, (proc, _) in procs.items():
+                    peak_rss[name] = max(peak_rss[name], _tree_cpu_and_rss(proc.pid)[1])
+            last: dict[str, float] = {}
+            for _, port in procs.values():
+                for pool, t in _replica_view(port)["last"].items():
+                    last[pool] = max(last.get(pool, 0.0), t)
+            covered.append(sum(1 for t in last.values() if t >= wall) / pools)
+        elapsed = time.monotonic() - t1
+        after = {name: _replica_view(port) for name, (_, port) in procs.items()}
+        cpu2 = {name: _tree_cpu_and_rss(proc.pid)[0] for name, (proc, _) in procs.items()}
+        cluster2, busy2 = _cluster_cpu(), _machine_busy()
+    finally:
+        for proc, _ in procs.values():
+            proc.terminate()
+        for proc, _ in procs.values():
+            try:
+                proc.wait(120)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(30)
+    minutes, per_cycle = elapsed / 60, elapsed / INTERVAL
+    per_replica = {}
+    for name in procs:
+        b, a = before[name], after[name]
+        per_replica[name] = {
+            "shards": a.get("shards"),
+            "pools": a["pools"],
+            "reconciles_per_min": round((a["count"] - b["count"]) / minutes, 1),
+            "reconcile_p99_s_le": _quantile(a["bounds"], b["buckets"], a["buckets"], 0.99),
+            "cpu_s_per_cycle": round((cpu2[name] - cpu1[name]) / per_cycle, 2),
+            "rss_mib": round(peak_rss[name] / 2**20),
+        }
+    total = sum(r["reconciles_per_min"] for r in per_replica.values())
+    operators = sum(cpu2[n] - cpu1[n] for n in procs)
+    spent = {n: cpu - cluster1.get(n, 0.0) for n, cpu in cluster2.items()}
+    spent.pop("prescaler", None)  # the replicas, counted above
+    reconciles = max(1.0, total * minutes)
+    parts = {
+        "operators": operators,
+        "kube-apiserver": spent.pop("kube-apiserver", 0.0),
+        "prometheus": spent.pop("prometheus", 0.0),
+        "etcd": spent.pop("etcd", 0.0),
+        "rest": sum(spent.values()),
+    }
+    core.delete_namespace(ns)
+    api.close()
+    return {
+        "pools": pools,
+        "series": groups,
+        "shards": shards,
+        "replicas": replicas,
+        "model": model,
+        "cycle_seconds": INTERVAL,
+        "warmup_s": warmup,
+        "reconciles_per_min": round(total, 1),
+        "min_share_of_pools_reconciled_per_cycle": round(min(covered), 4),
+        "per_replica": per_replica,
+        "machine_busy_share": round((busy2[0] - busy1[0]) / max(1, busy2[1] - busy1[1]), 3),
+        "cpu_ms_per_reconcile": {
+            **{n: round(1000 * cpu / reconciles, 1) for n, cpu in parts.items()},
+            "total": round(1000 * sum(parts.values()) / reconciles, 1),
+        },
+    }
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -521,6 +708,15 @@ def main() -> int:
         help="seconds before the measured cycles (a pool's degradation level is held 5 min"
         " after its start, so a steady state needs 6)",
     )
+    parser.add_argument(
+        "--shards",
+        type=int,
+        default=0,
+        help="run prescaler run --shards N processes instead of one in-process operator",
+    )
+    parser.add_argument(
+        "--replicas", type=int, default=0, help="replicas with --shards (default: N)"
+    )
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="prescaler-bench-") as tmp:
         cluster = LocalCluster(
@@ -537,6 +733,21 @@ def main() -> int:
             time.sleep(3)
             api.close()
             for n in args.pools:
+                if args.shards > 0:
+                    sharded = run_sharded(
+                        cluster,
+                        prometheus,
+                        n,
+                        args.cycles,
+                        args.model,
+                        args.series,
+                        args.history_days,
+                        args.shards,
+                        args.replicas or args.shards,
+                        args.warmup,
+                    )
+                    print(json.dumps(sharded), flush=True)
+                    continue
                 result = run_one(
                     cluster,
                     prometheus,

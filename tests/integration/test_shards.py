@@ -47,7 +47,7 @@ from integration.operator_fixtures import (  # noqa: F401 (fixtures)
 from prescaler.api import GROUP, PLURAL, VERSION
 from prescaler.sharding import pool_shard, shard_lease_name
 
-pytestmark = pytest.mark.cluster
+pytestmark = [pytest.mark.cluster, pytest.mark.slow]  # 1-3 minutes each: started early
 
 POOLS = 300
 SHARDS = 6
