@@ -101,16 +101,19 @@ def running_operator(
     namespace: str,
     identity: ChartIdentity | None = None,
     clusterwide: bool = False,
+    shards: int = 0,
     **reconcile: Any,
 ) -> Iterator[Metrics]:
     """The operator watching ``namespace`` (or every namespace) until the block ends; yields
     its metrics. With ``identity`` it acts as the chart's ServiceAccount and elects itself
-    leader on the chart's Lease in ``namespace``, as the chart runs it; else as the admin."""
+    leader on the chart's Lease in ``namespace`` (with ``shards``: holds the chart's shard
+    Leases), as the chart runs it; else as the admin."""
     from prescaler.controller.runtime import run_operator
 
     leader = LeaderSettings()
     if identity is not None and identity.lease_name:
-        leader = LeaderSettings(enabled=True, lease_name=identity.lease_name, namespace=namespace)
+        base = identity.lease_name.removesuffix("-shard-0")
+        leader = LeaderSettings(enabled=True, lease_name=base, namespace=namespace, shards=shards)
     kubeconfig = identity.kubeconfig if identity is not None else cluster.kubeconfig
     settings = OperatorSettings(
         watch=WatchSettings(namespaces=() if clusterwide else (namespace,)),

@@ -38,10 +38,13 @@ from kubernetes import client
 from prometheus_client.parser import text_string_to_metric_families
 
 from cluster.launcher import LocalCluster
+from cluster.objects import gpu_deployment
+from integration.chart_rbac import chart_identity
 from integration.operator_fixtures import (  # noqa: F401 (fixtures)
     Kube,
     crd_fixture,
     operator_process,
+    running_operator,
     wait_for,
 )
 from prescaler.api import GROUP, PLURAL, VERSION
@@ -408,6 +411,49 @@ def test_a_joining_replica_takes_its_share_without_leaving_a_pool_unserved(
     print(f"{len(moved)} pools moved to r3; longest time between two reconciles of a pool")
     print(f"from the join on: {worst:.1f} s ({where}; bound {INTERVAL + LEASE:g} s)")
     assert worst <= INTERVAL + LEASE, (worst, where)
+
+
+def test_a_sharded_replica_needs_only_the_charts_rbac(
+    cluster: LocalCluster,
+    crd: None,
+    kube: Any,
+    namespace: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Rendered with ``shards: 2``, the chart's Lease Role is enough: the replica, as the
+    chart's ServiceAccount, takes its member slot and both shard Leases and serves a pool
+    of each shard (a call the Role lacks would leave it serving nothing)."""
+    k = Kube(kube, namespace)
+    shards = {}
+    for i in range(6):
+        name = f"p-{i}"
+        k.create_deployment(gpu_deployment(name, 0))
+        spec = {"target": {"name": name}, "minReplicas": 0, "maxReplicas": 1}
+        k.create_pool(name, {**spec, "model": {"tokensPerSecond": 3750}})
+        shards[name] = pool_shard(namespace, name, spec, 2)
+    assert set(shards.values()) == {0, 1}
+    with chart_identity(cluster, namespace, tmp_path, values={"shards": 2}) as identity:
+        assert identity.lease_name.endswith("-shard-0"), identity.lease_name
+        monkeypatch.setenv("KUBECONFIG", str(identity.kubeconfig))
+        with running_operator(cluster, namespace, identity, shards=2) as metrics:
+
+            def served() -> bool:
+                statuses = _statuses(k)
+                return all(
+                    (statuses[p].get("servedBy") or {}).get("shard") == s for p, s in shards.items()
+                )
+
+            wait_for(served, 120, "every pool served, on its shard")
+            assert metrics.registry.get_sample_value("prescaler_shards_served") == 2
+        base = identity.lease_name.removesuffix("-shard-0")
+        leases = client.CoordinationV1Api(kube).list_namespaced_lease(namespace).items
+        names = {lease.metadata.name for lease in leases}
+        assert {f"{base}-shard-0", f"{base}-shard-1", f"{base}-member-0"} <= names
+        # A clean stop released them.
+        assert all(
+            not lease.spec.holder_identity for lease in leases if lease.metadata.name in names
+        )
 
 
 def _worst_gap(
