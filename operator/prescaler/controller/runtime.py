@@ -24,7 +24,14 @@ from prescaler.controller.forecast import ForecastHub
 from prescaler.controller.prewarm import Prewarmer
 from prescaler.controller.reconcile import Reconciler
 from prescaler.controller.shards import ShardGate
-from prescaler.kube import KubeClient, LeaseElector, LeaseTimings, ShardLeases, load_api_client
+from prescaler.kube import (
+    KubeClient,
+    LeaseElector,
+    LeaseTimings,
+    ShardLeases,
+    lease_threads,
+    load_api_client,
+)
 from prescaler.metrics import Metrics
 from prescaler.settings import OperatorSettings
 
@@ -191,7 +198,7 @@ def shard_gate(settings: OperatorSettings, runtime: Runtime) -> ShardGate | None
     runtime.metrics.shards_served.set(0)
     # The Leases get a client of their own: a renewal never queues behind reconciles.
     leases = ShardLeases.for_client(
-        load_api_client(settings.reconcile.kubeconfig, pool_size=leader.shards + 1),
+        load_api_client(settings.reconcile.kubeconfig, pool_size=lease_threads(leader.shards)),
         namespace,
         leader.lease_name,
         identity,

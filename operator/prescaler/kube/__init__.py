@@ -38,7 +38,7 @@ from prescaler.kube._manifests import (
     pre_pull_daemonset,
     promotion_patch,
 )
-from prescaler.kube._shards import ShardLeases
+from prescaler.kube._shards import ShardLeases, lease_threads
 from prescaler.kube._types import (
     FieldWriter,
     Hpa,
@@ -80,6 +80,7 @@ __all__ = [
     "hot_standby_deployment",
     "hpa_target_share",
     "label_selector",
+    "lease_threads",
     "load_api_client",
     "object_name",
     "parse_time",

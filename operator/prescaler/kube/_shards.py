@@ -50,6 +50,16 @@ from prescaler.sharding import (
 log = logging.getLogger("prescaler.shards")
 
 
+MAX_LEASE_THREADS = 16
+"""At most this many Lease calls of one replica at once."""
+
+
+def lease_threads(shards: int) -> int:
+    """Threads (and connections) for a replica's Lease calls: one per shard it may hold
+    and one for its slot, at most :data:`MAX_LEASE_THREADS`."""
+    return min(shards + 1, MAX_LEASE_THREADS)
+
+
 async def _nothing(_: int) -> None:
     return None
 
@@ -86,8 +96,8 @@ class ShardLeases:
     """A client of the Leases' own, closed when the loop ends (:meth:`for_client`): Lease
     calls never wait for a connection behind the reconciles' calls."""
     _pool: ThreadPoolExecutor | None = None
-    """Threads for the Lease calls: one per shard and one for the slot, so the renewals of
-    one round go out side by side."""
+    """Threads for the Lease calls (:func:`lease_threads`), so the renewals of one round go
+    out side by side."""
 
     def __post_init__(self) -> None:
         if self.shards < 1:
@@ -109,7 +119,7 @@ class ShardLeases:
         self._slot = [elector(slot_lease_name(self.base, i)) for i in range(self.shards)]
         if self._pool is None:
             self._pool = ThreadPoolExecutor(
-                max_workers=self.shards + 1, thread_name_prefix="shard-leases"
+                max_workers=lease_threads(self.shards), thread_name_prefix="shard-leases"
             )
 
     @classmethod
