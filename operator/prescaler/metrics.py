@@ -204,7 +204,8 @@ class Metrics:
         self.leader = Gauge(
             "prescaler_leader",
             "1 while this replica holds the leader Lease and reconciles; 0 on a standby"
-            " replica (always 1 without leader election)",
+            " replica and with shards (see prescaler_shards_served); always 1 without"
+            " leader election",
             registry=r,
         )
         self.leader.set(1)
