@@ -329,7 +329,7 @@ def test_a_killed_replicas_pools_are_served_again_within_the_lease(
         # 4 s more for a busy machine (a round's own calls, this test's polling).
         assert takeover <= LEASE + 2 * RETRY + 4.0, takeover
         # Each pool within a cycle of the takeover (the new holder kicks them, spread over
-        # 3.75 s), plus 10 s for a busy machine to get through a hundred reconciles.
+        # 1.9 s), plus 10 s for a busy machine to get through a hundred reconciles.
         assert served <= takeover + INTERVAL + 10.0, served
 
         def recorded() -> bool:

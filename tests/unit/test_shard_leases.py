@@ -69,8 +69,10 @@ class Clock:
         return self.now
 
 
-def _replica(api: FakeLeases, clock: Clock, name: str) -> ShardLeases:
-    return ShardLeases(api, "ns", "op", name, SHARDS, timings=TIMINGS, clock=clock)
+def _replica(api: FakeLeases, clock: Clock, name: str, join_delay: float = 0.0) -> ShardLeases:
+    return ShardLeases(
+        api, "ns", "op", name, SHARDS, timings=TIMINGS, clock=clock, join_delay_seconds=join_delay
+    )
 
 
 def _served(replicas: list[ShardLeases]) -> dict[int, list[str]]:
@@ -201,5 +203,22 @@ def test_a_holder_that_cannot_renew_stops_acting_before_its_lease_can_be_taken()
         assert sorted(lost) == sorted(mine)
         await _rounds([b], clock, TIMINGS.lease_duration_seconds + 3, [a, b])
         assert b.serving() == frozenset(range(SHARDS))
+
+    asyncio.run(main())
+
+
+def test_a_replica_that_finds_others_serving_joins_after_its_delay() -> None:
+    async def main() -> None:
+        api, clock = FakeLeases(), Clock()
+        a = _replica(api, clock, "a", join_delay=5.0)
+        await _rounds([a], clock, 1, [a])
+        assert a.slot is not None, "alone, a replica takes a slot at once"
+        b = _replica(api, clock, "b", join_delay=5.0)
+        await _rounds([a, b], clock, 4, [a, b])
+        assert b.slot is None
+        assert a.serving() == frozenset(range(SHARDS))
+        await _rounds([a, b], clock, 6, [a, b])
+        assert b.slot is not None
+        assert len(b.serving()) == 3
 
     asyncio.run(main())

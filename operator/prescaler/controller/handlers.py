@@ -20,8 +20,9 @@ if TYPE_CHECKING:
     from prescaler.controller.shards import ShardGate
 
 
-KICK_SPREAD_SECONDS = 5.0
-"""The pools of a shard just taken over tick within this long (or a quarter period)."""
+KICK_SPREAD_SECONDS = 2.0
+"""The pools of a shard just taken over tick within this long (or an eighth of the period,
+if shorter): soon, but not all in one burst."""
 
 
 def _pool(kwargs: dict[str, Any], superseded_by: str | None = None) -> PoolObject:
@@ -118,8 +119,8 @@ def register(
         gate = shards
 
         def taken_over(gained: frozenset[int]) -> None:
-            # Spread over a fraction of the period: a shard's pools do not all tick at once.
-            spread = min(interval / 4, KICK_SPREAD_SECONDS)
+            # Spread a little: a shard's pools do not all tick at once.
+            spread = min(interval / 8, KICK_SPREAD_SECONDS)
             loops.kick(lambda seen: gate.shard_of_body(seen[0]) in gained, within=spread)
 
         gate.on_gained = taken_over

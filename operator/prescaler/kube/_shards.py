@@ -86,6 +86,11 @@ class ShardLeases:
     """Called when a shard stopped being served without a clean release."""
     on_change: Callable[[frozenset[int]], None] = lambda _: None
     """Called with the shards served whenever that set changes."""
+    join_delay_seconds: float | None = None
+    """A replica that finds others serving waits this long after its start before it
+    takes a member slot (default: the lease duration), so it has listed and watched its
+    pools before the others hand shards over to it; alone, it takes one at once."""
+    _started_at: float | None = None
     _shard: list[LeaseElector] = field(default_factory=list)
     _slot: list[LeaseElector] = field(default_factory=list)
     _my_slot: int | None = None
@@ -178,6 +183,8 @@ class ShardLeases:
         """One round: list, renew, then give up or take shards toward the quota. The
         renewals (slot and held shards) go out side by side, so a slow API server costs a
         round one call's latency, not one per Lease."""
+        if self._started_at is None:
+            self._started_at = self.clock()
         listed = await self._io(self._list)
         renewing = [i for i, e in enumerate(self._shard) if e.is_leader() or i in self._draining]
         for i, elector in enumerate(self._shard):
@@ -276,6 +283,12 @@ class ShardLeases:
             if elector.try_acquire_or_renew(listed.get(elector.name)) or elector.is_leader():
                 return
             self._my_slot = None
+        delay = self.join_delay_seconds
+        if delay is None:
+            delay = self.timings.lease_duration_seconds
+        started = self._started_at if self._started_at is not None else self.clock()
+        if self.clock() - started < delay and not all(e.available() for e in self._slot):
+            return  # others serve: join once this replica has seen its pools
         for i, elector in enumerate(self._slot):
             lease = listed.get(elector.name)
             if elector.available() and elector.try_acquire_or_renew(lease):
