@@ -22,7 +22,7 @@ Besides the shared traces it replays two generated minute-level traces
 (``benchmarks/synthetic_traces.py``, fixed seeds), written to a temporary directory.
 
 It writes one PNG per (trace, cold start) (unserved-token fraction against GPU-hours /
-oracle, each policy's default point marked) and rewrites the part of
+oracle, each policy's default point marked, the target's region shaded) and rewrites the part of
 ``benchmarks/README.md`` between the ``frontier:begin``/``frontier:end`` markers with the
 points and, relative to the HPA at target 0.7:
 
@@ -241,6 +241,16 @@ def plot(name: str, cold: int, points: list[Point], path: Path) -> None:
                     markersize=16,
                     markeredgecolor="black",
                 )
+    hpa = next(p for p in points if p.policy == "reactive" and p.default)
+    if hpa.unserved > 0:  # the target: at most 0.7 x its unserved at TARGET_GPU x its cost
+        ax.fill_between(
+            [ax.get_xlim()[0], TARGET_GPU * hpa.gpu_hours / oracle],
+            1e-6,
+            0.7 * hpa.unserved,
+            color="gold",
+            alpha=0.25,
+            label=f"target: <= 0.7 x the HPA's unserved at <= {TARGET_GPU:g} x its GPU-h",
+        )
     ax.set_yscale("log")
     ax.set_xlabel("GPU-hours / oracle")
     ax.set_ylabel("unserved token fraction (log)")
