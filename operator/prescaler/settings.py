@@ -46,9 +46,9 @@ class LeaderSettings:
     shards: int = 0
     """0: one leader Lease, one acting replica. N >= 1: the pools are split into N shards
     by a hash of their demand series, one Lease each (``<lease_name>-shard-<i>``); every
-    replica acts on the shards it holds, about N / replicas of them, and replicas count
-    themselves on member Leases (``<lease_name>-member-<i>``; more replicas than shards
-    stand by). See :mod:`prescaler.sharding`."""
+    replica acts on the shards it holds, balanced by their pools as far as whole shards
+    allow, and replicas count themselves on member Leases (``<lease_name>-member-<i>``;
+    more replicas than shards stand by). See :mod:`prescaler.sharding`."""
 
 
 @dataclass(frozen=True, slots=True)

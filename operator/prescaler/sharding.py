@@ -1,5 +1,5 @@
-"""Shards of the pools across operator replicas: which shard serves a pool, how many
-shards a replica should hold, and which to take or give up. Pure: no I/O, no clock.
+"""Shards of the pools across operator replicas: which shard serves a pool, and which
+shards a replica should take or give up. Pure: no I/O, no clock.
 
 The Leases that carry the assignment (one per shard, one per member slot) are
 :class:`prescaler.kube.ShardLeases`; this module only decides.
@@ -10,10 +10,18 @@ The Leases that carry the assignment (one per shard, one per member slot) are
   the replica serving them shares one history and one forecast fit between them, as a
   single operator does. A pool without ``spec.forecast`` hashes by its namespace and name.
 - Replicas count themselves on member slot Leases (one slot each, ``shards`` slots): the
-  live slots are the replicas. Each one's quota is ``shards // replicas``, one more for the
-  first ``shards % replicas`` of them by slot, so the quotas sum to ``shards``.
-- A replica over its quota gives up its highest shards (after it stops acting on them);
-  one under its quota takes free or expired ones, lowest first.
+  live slots are the replicas.
+- :func:`balance` spreads the pools, not just the shards: a shard weighs the pools it
+  holds (plus one, so empty shards spread too). Free or expired shards go, heaviest
+  first, each to the replica least loaded at that point. The most loaded replica gives
+  up (after it stops acting on it) the shard whose move to the least loaded one leaves
+  the larger of their two loads lowest, one per round and only if that lowers it by a
+  quarter of the shard (:data:`MOVE_GAIN`): each such move lowers the sum of squared
+  loads, so the moves end, and a
+  replica that joins takes from the loaded ones rather than setting off moves among
+  them. Every replica computes the same from the same
+  Leases and pools; while their views differ, the Leases still keep a shard on one
+  replica at a time.
 """
 
 from __future__ import annotations
@@ -23,6 +31,11 @@ import json
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
+
+MOVE_GAIN = 0.25
+"""A shard moves only if that lowers the larger load of the two replicas by at least this
+share of the shard's weight: pools spread within a few percent do not move back and forth
+(a move costs their history reads and fits on the new replica)."""
 
 SHARD_LEASE_LABEL = "prescaler.io/lease-set"
 """Label on every Lease of one set (its value: the set's base name), so one list reads them."""
@@ -71,42 +84,69 @@ def pool_shard(namespace: str, name: str, spec: Mapping[str, Any], shards: int) 
     return shard_of(series_key(namespace, name, spec), shards)
 
 
-def quota(shards: int, live_slots: Collection[int], my_slot: int | None) -> int:
-    """How many shards the replica on ``my_slot`` should hold while ``live_slots`` (its
-    own included) are the live replicas: ``shards // n``, plus one for the first
-    ``shards % n`` slots in order. 0 without a slot (a replica beyond ``shards`` waits)."""
-    if my_slot is None:
-        return 0
-    live = sorted(set(live_slots) | {my_slot})
-    base, extra = divmod(shards, len(live))
-    return base + (1 if live.index(my_slot) < extra else 0)
-
-
 @dataclass(frozen=True, slots=True)
 class Moves:
-    """One round's decision: shards to try to take, to stop acting on and give up (they
-    are released once nothing runs on them), and to keep after all (a drain undone)."""
+    """One round's decision: shards to try to take, and to stop acting on and give up
+    (they are released once nothing runs on them)."""
 
     acquire: tuple[int, ...] = ()
     release: tuple[int, ...] = ()
-    keep: tuple[int, ...] = ()
 
 
-def rebalance(
-    held: Collection[int], draining: Collection[int], available: Collection[int], quota: int
+def balance(
+    weights: Sequence[float],
+    holders: Mapping[int, int | None],
+    live_slots: Collection[int],
+    my_slot: int | None,
+    draining: Collection[int] = (),
 ) -> Moves:
-    """What a replica holding ``held`` (of which ``draining`` are being given up) does
-    with ``quota``: over it, drain the highest shards it still acts on; under it, first
-    keep shards it was draining, then try ``available`` ones (free or expired), lowest
-    first. Taking may fail (another replica wins the Lease): the next round tries again."""
-    acting = sorted(set(held) - set(draining))
-    if len(acting) > quota:
-        return Moves(release=tuple(sorted(acting[quota:], reverse=True)))
-    missing = quota - len(acting)
-    keep = tuple(sorted(set(draining) & set(held))[:missing])
-    missing -= len(keep)
-    candidates = sorted(set(available) - set(held))
-    return Moves(acquire=tuple(candidates[:missing]), keep=keep)
+    """One round of a replica on ``my_slot``: ``weights`` per shard, ``holders`` the live
+    slot holding each shard (``None``: free or expired), ``draining`` the shards it is
+    giving up. Without a slot it takes nothing (and should give up what it holds)."""
+    if my_slot is None:
+        return Moves()  # the caller gives up what it holds: it is not counted
+    mine = sorted(i for i, h in holders.items() if h == my_slot and i not in draining)
+    live = sorted(set(live_slots) | {my_slot})
+    load = dict.fromkeys(live, 0.0)
+    count = dict.fromkeys(live, 0)
+    for shard, holder in holders.items():
+        if holder in load and shard not in (draining if holder == my_slot else ()):
+            load[holder] += weights[shard]
+            count[holder] += 1
+    # The shards it is giving up go to the least loaded of the others, as they will.
+    for shard in sorted(i for i, h in holders.items() if h == my_slot and i in draining):
+        others = [s for s in live if s != my_slot]
+        if others:
+            taker = min(others, key=lambda s: (load[s], count[s], s))
+            load[taker] += weights[shard]
+            count[taker] += 1
+    # Free shards, heaviest first, each to the least loaded replica as they are handed out.
+    acquire = []
+    for shard in sorted(
+        (i for i, h in holders.items() if h is None), key=lambda i: (-weights[i], i)
+    ):
+        taker = min(live, key=lambda s: (load[s], count[s], s))
+        load[taker] += weights[shard]
+        count[taker] += 1
+        if taker == my_slot:
+            acquire.append(shard)
+    if acquire:
+        return Moves(acquire=tuple(sorted(acquire)))
+    # Only the most loaded replica gives a shard up, the one that leaves the pair (it and
+    # the least loaded) with the lowest maximum, and only if that is below its load now.
+    least = min(live, key=lambda s: (load[s], count[s], s))
+    most = max(live, key=lambda s: (load[s], count[s], -s))
+    if most != my_slot or not mine:
+        return Moves()
+
+    def worse(shard: int) -> tuple[float, float, int]:
+        after = max(load[my_slot] - weights[shard], load[least] + weights[shard])
+        return after, weights[shard], -shard
+
+    best = min(mine, key=worse)
+    if load[my_slot] - worse(best)[0] < MOVE_GAIN * weights[best]:
+        return Moves()  # too little to gain for what the move costs
+    return Moves(release=(best,))
 
 
 def shard_lease_name(base: str, shard: int) -> str:

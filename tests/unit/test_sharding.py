@@ -11,10 +11,10 @@ from typing import Any
 import pytest
 
 from prescaler.sharding import (
+    Moves,
+    balance,
     lease_names,
     pool_shard,
-    quota,
-    rebalance,
     series_key,
     shard_of,
 )
@@ -75,41 +75,89 @@ def test_shards_spread_pools_evenly() -> None:
     assert max(counts.values()) < 1.1 * 1000
 
 
+def _settle(
+    weights: list[float],
+    slots: list[int],
+    start: dict[int, int | None] | None = None,
+    rounds: int = 50,
+) -> dict[int, int | None]:
+    """Every replica's rounds, one after another, from ``start`` (all free by default),
+    with a shard given up becoming free at once and taken when a replica's round says so,
+    until nothing moves."""
+    holders = dict(start) if start else dict.fromkeys(range(len(weights)))
+    for _ in range(rounds):
+        moved = False
+        for slot in slots:
+            moves = balance(weights, holders, slots, slot)
+            for shard in moves.release:
+                holders[shard] = None
+                moved = True
+            for shard in moves.acquire:
+                assert holders[shard] is None
+                holders[shard] = slot
+                moved = True
+        if not moved:
+            return holders
+    raise AssertionError(f"still moving after {rounds} rounds: {holders}")
+
+
+def _loads(weights: list[float], holders: dict[int, int | None]) -> dict[int | None, float]:
+    loads: dict[int | None, float] = {}
+    for shard, slot in holders.items():
+        loads[slot] = loads.get(slot, 0.0) + weights[shard]
+    return loads
+
+
 @pytest.mark.parametrize("shards", [1, 2, 3, 5, 8, 12])
 @pytest.mark.parametrize("replicas", [1, 2, 3, 4, 7])
-def test_quotas_sum_to_the_shards(shards: int, replicas: int) -> None:
+def test_equal_shards_spread_as_evenly_as_their_count_allows(shards: int, replicas: int) -> None:
     slots = list(range(0, 2 * replicas, 2))  # slots need not be contiguous
-    quotas = [quota(shards, slots, s) for s in slots]
-    assert sum(quotas) == shards
-    assert max(quotas) - min(quotas) <= 1
+    holders = _settle([1.0] * shards, slots)
+    assert None not in holders.values()
+    counts = Counter(holders.values())
+    per = [counts.get(s, 0) for s in slots]
+    assert max(per) - min(per) <= 1
 
 
-def test_no_slot_no_quota() -> None:
-    assert quota(4, [0, 1], None) == 0
-    assert quota(4, [], 0) == 4  # alone (its own slot counts even if not listed)
+def test_shards_of_unequal_weight_spread_the_pools() -> None:
+    """10 series of 200 pools hashed to 12 shards (as in the benchmark): by count the
+    replicas held 200, 600 and 1,200 pools; by weight as evenly as whole series allow."""
+    weights = [1.0] * 12
+    for shard in [0, 0, 3, 3, 3, 5, 7, 7, 9, 11]:
+        weights[shard] += 200
+    holders = _settle(weights, [0, 1, 2])
+    loads = sorted(_loads(weights, holders).values())
+    assert loads[-1] - loads[0] <= 200 + 3, loads  # at most one series apart
+    assert max(loads) <= 801 + 4
 
 
-def test_over_the_quota_the_highest_shards_are_given_up() -> None:
-    moves = rebalance(held={0, 1, 2, 3}, draining=set(), available=set(), quota=2)
-    assert moves.release == (3, 2)
-    assert moves.acquire == ()
-    # Already draining: not given up twice, and not counted as acting.
-    moves = rebalance(held={0, 1, 2, 3}, draining={3}, available=set(), quota=2)
-    assert moves.release == (2,)
+def test_a_replica_that_joins_takes_from_the_loaded_ones_only() -> None:
+    weights = [51.0, 47.0, 55.0, 49.0, 50.0, 53.0]
+    before = _settle(weights, [0, 1, 2])
+    after = _settle(weights, [0, 1, 2, 3], before)
+    moved = {shard for shard in before if before[shard] != after[shard]}
+    assert moved
+    assert all(after[shard] == 3 for shard in moved)
+    assert Counter(after.values())[3] >= 1
 
 
-def test_under_the_quota_drains_are_undone_then_free_shards_taken() -> None:
-    moves = rebalance(held={0, 5}, draining={5}, available={1, 2, 3, 5}, quota=3)
-    assert moves.keep == (5,)
-    assert moves.acquire == (1,)
-    assert moves.release == ()
+def test_free_shards_go_heaviest_first_to_the_least_loaded() -> None:
+    weights = [10.0, 30.0, 20.0]
+    holders: dict[int, int | None] = {0: 0, 1: None, 2: None}
+    assert balance(weights, holders, [0, 1], 0) == Moves(acquire=(2,))
+    assert balance(weights, holders, [0, 1], 1) == Moves(acquire=(1,))
 
 
-def test_at_the_quota_nothing_moves() -> None:
-    assert rebalance(held={0, 1}, draining=set(), available={2}, quota=2) == rebalance(
-        held={1, 0}, draining=(), available=(), quota=2
-    )
-    assert rebalance(held={0, 1}, draining=set(), available={2}, quota=2).acquire == ()
+def test_over_the_mean_the_largest_shard_lighter_than_the_gap_is_given_up() -> None:
+    weights = [40.0, 10.0, 25.0, 5.0]
+    holders: dict[int, int | None] = {0: 0, 1: 0, 2: 0, 3: 1}
+    # Loads 75 and 5, the gap 70: 40 goes (the largest lighter than the gap).
+    assert balance(weights, holders, [0, 1], 0) == Moves(release=(0,))
+    assert balance(weights, holders, [0, 1], 1) == Moves()
+    # A shard it is giving up already is not counted, nor given up twice.
+    assert balance(weights, holders, [0, 1], 0, draining={0}) == Moves()
+    # Without a slot, a replica takes nothing.
+    assert balance(weights, {0: None, 1: None, 2: None, 3: None}, [0], None) == Moves()
 
 
 def test_lease_names_cover_shards_and_member_slots() -> None:
@@ -119,3 +167,11 @@ def test_lease_names_cover_shards_and_member_slots() -> None:
         "prescaler-member-0",
         "prescaler-member-1",
     ]
+
+
+def test_pools_spread_within_a_few_percent_do_not_move() -> None:
+    weights = [55.0, 50.0, 49.0, 51.0, 47.0, 53.0]
+    holders: dict[int, int | None] = {0: 0, 1: 0, 2: 1, 3: 1, 4: 2, 5: 3}
+    # Loads 105, 100, 47, 53: moving 50 to the least loaded would leave 97 for 105.
+    for slot in range(4):
+        assert balance(weights, holders, [0, 1, 2, 3], slot) == Moves()

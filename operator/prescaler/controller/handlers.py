@@ -132,6 +132,8 @@ def register(
         key = f"{meta['namespace']}/{meta['name']} ({meta['uid']})"
         if type != "DELETED" and not meta.get("deletionTimestamp"):
             loops.feed(key, (body, kwargs["pools_by_target"]))
+            if shards is not None:
+                shards.observe(body)  # what each shard weighs
             return
         await loops.stop(key)  # after its running reconcile, if one runs
         if type == "DELETED":

@@ -40,13 +40,27 @@ class ShardGate:
     """Called with the shards just taken over (their pools' loops tick at once, so a
     pool waits for its new replica no longer than the handover)."""
     _serving: frozenset[int] = frozenset()
+    _seen: dict[str, int] = field(default_factory=dict)
+    """Every pool watched (served here or not), by uid, with its shard: the weights."""
 
     def __post_init__(self) -> None:
         self.leases.busy = self.busy
         self.leases.on_release = self.release
         self.leases.on_lost = self.lost
         self.leases.on_change = self.changed
+        self.leases.weights = self.weights
         self.reconciler.serving = self.still_serves
+
+    def observe(self, body: Mapping[str, Any]) -> None:
+        """A pool seen on the watch (every replica sees every pool)."""
+        self._seen[body["metadata"]["uid"]] = self.shard_of_body(body)
+
+    def weights(self) -> list[float]:
+        """What each shard weighs in the balance: its pools, plus one."""
+        counts = [1.0] * self.leases.shards
+        for shard in self._seen.values():
+            counts[shard] += 1.0
+        return counts
 
     def still_serves(self, pool: PoolObject) -> bool:
         """The reconciler's check before it writes: the shard the reconcile started on is
@@ -103,6 +117,7 @@ class ShardGate:
     def forget(self, pool: PoolObject) -> None:
         """A deleted pool."""
         self._pools.pop(pool.uid, None)
+        self._seen.pop(pool.uid, None)
 
     def changed(self, serving: frozenset[int]) -> None:
         gained, self._serving = serving - self._serving, serving

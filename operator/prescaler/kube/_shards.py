@@ -8,17 +8,16 @@ its Lease, whether it stops cleanly, hangs, or dies.
 
 Replicas count themselves on member slot Leases (``<base>-member-<i>``, as many as there
 are shards): each replica holds one slot, and the slots that are held and not expired are
-the live replicas. From them each replica computes its fair share of the shards
-(:func:`prescaler.sharding.quota`) and, every retry period (:meth:`ShardLeases.run`):
+the live replicas. Every retry period (:meth:`ShardLeases.run`) a replica:
 
 1. lists the set's Leases (one call, by label);
 2. renews its slot (or takes a free one) and the shards it holds;
-3. over its quota, stops acting on its highest shards (:meth:`serves` turns false at
-   once), waits until no reconcile runs on them, lets the caller write what it kept back
-   (``on_release``) and only then releases their Leases: a joining replica takes them a
-   round later;
-4. under its quota, takes free or expired shards (a replica that died has its shards taken
-   within the lease duration, as soon as its slot expires too and the quotas grow).
+3. balances the pools (:func:`prescaler.sharding.balance`, from the holders it sees and
+   what each shard weighs): the most loaded replica stops acting on the shard it should
+   give up (:meth:`serves` turns false at once), waits until no reconcile runs on it, lets
+   the caller write what it kept back (``on_release``) and only then releases its Lease;
+4. takes the free or expired shards that fall to it (a replica that died has its shards
+   taken within the lease duration, as soon as its slot expires too).
 
 A shard whose renewal was late is lost without a write (``on_lost``): its successor may
 already act on it.
@@ -31,7 +30,7 @@ import contextlib
 import logging
 import random
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
@@ -41,8 +40,7 @@ from kubernetes import client
 from prescaler.kube._lease import LeaseElector, LeaseTimings
 from prescaler.sharding import (
     SHARD_LEASE_LABEL,
-    quota,
-    rebalance,
+    balance,
     shard_lease_name,
     slot_lease_name,
 )
@@ -90,6 +88,8 @@ class ShardLeases:
     """A replica that finds others serving waits this long after its start before it
     takes a member slot (default: the lease duration), so it has listed and watched its
     pools before the others hand shards over to it; alone, it takes one at once."""
+    weights: Callable[[], Sequence[float]] | None = None
+    """What each shard weighs (its pools plus one); by default all shards weigh the same."""
     _started_at: float | None = None
     _shard: list[LeaseElector] = field(default_factory=list)
     _slot: list[LeaseElector] = field(default_factory=list)
@@ -180,7 +180,7 @@ class ShardLeases:
             await self._leave()
 
     async def step(self) -> None:
-        """One round: list, renew, then give up or take shards toward the quota. The
+        """One round: list, renew, then give up or take shards toward the balance. The
         renewals (slot and held shards) go out side by side, so a slow API server costs a
         round one call's latency, not one per Lease."""
         if self._started_at is None:
@@ -207,12 +207,11 @@ class ShardLeases:
                 self._draining.discard(i)
         live = [i for i, e in enumerate(self._slot) if e.is_leader() or not e.available()]
         self._live = len(live)
-        my_slot = self.slot
-        held = {i for i, e in enumerate(self._shard) if e.is_leader()}
-        available = {i for i, e in enumerate(self._shard) if e.available()}
-        moves = rebalance(held, self._draining, available, quota(self.shards, live, my_slot))
-        self._draining.difference_update(moves.keep)
+        weights = list(self.weights()) if self.weights is not None else [1.0] * self.shards
+        moves = balance(weights, self._holders(live), live, self.slot, self._draining)
         self._draining.update(moves.release)
+        if self.slot is None:  # not counted by the others: give up what it holds
+            self._draining.update(i for i, e in enumerate(self._shard) if e.is_leader())
         self._notice()
         for i in sorted(self._draining):
             if not self.busy(i):
@@ -221,6 +220,20 @@ class ShardLeases:
             elector = self._shard[i]
             if await self._io(elector.try_acquire_or_renew, listed.get(elector.name)):
                 log.info("%s took shard %d of %s", self.identity, i, self.base)
+
+    def _holders(self, live: Sequence[int]) -> dict[int, int | None]:
+        """Each shard's holder as a live slot (-1: a holder without one), ``None`` when
+        the shard is free or expired, as last observed."""
+        slot_of = {self._slot[i].holder: i for i in live}
+        holders: dict[int, int | None] = {}
+        for i, elector in enumerate(self._shard):
+            if elector.is_leader() or i in self._draining:
+                holders[i] = self.slot if self.slot is not None else -1
+            elif elector.available():
+                holders[i] = None
+            else:
+                holders[i] = slot_of.get(elector.holder, -1)
+        return holders
 
     async def _give_up(self, shard: int) -> None:
         with contextlib.suppress(Exception):
