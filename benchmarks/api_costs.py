@@ -144,37 +144,19 @@ def main() -> int:
             ):
                 size = len(json.dumps(status))
 
-                def merge(i: int, status: dict[str, Any] = status) -> object:
-                    body = {"status": {**status, "demand": {"requestsPerSecond": float(i)}}}
+                def patch(body: object, content_type: str) -> object:
                     return custom.patch_namespaced_custom_object_status(
-                        GROUP,
-                        VERSION,
-                        ns,
-                        PLURAL,
-                        "p",
-                        body,
-                        _content_type="application/merge-patch+json",
-                        **raw,
+                        GROUP, VERSION, ns, PLURAL, "p", body, _content_type=content_type, **raw
                     ).data
 
+                def merge(i: int, status: dict[str, Any] = status) -> object:
+                    body = {"status": {**status, "demand": {"requestsPerSecond": float(i)}}}
+                    return patch(body, "application/merge-patch+json")
+
                 def one_value(i: int) -> object:
-                    ops = [
-                        {
-                            "op": "replace",
-                            "path": "/status/demand/requestsPerSecond",
-                            "value": i + 0.5,
-                        }
-                    ]
-                    return custom.patch_namespaced_custom_object_status(
-                        GROUP,
-                        VERSION,
-                        ns,
-                        PLURAL,
-                        "p",
-                        ops,
-                        _content_type="application/json-patch+json",
-                        **raw,
-                    ).data
+                    path = "/status/demand/requestsPerSecond"
+                    ops = [{"op": "replace", "path": path, "value": i + 0.5}]
+                    return patch(ops, "application/json-patch+json")
 
                 merge(0)
                 measure(f"status write, {label} status ({size} B), whole merge patch", n, merge)

@@ -40,7 +40,6 @@ import json
 import math
 import os
 import resource
-import socket
 import subprocess
 import sys
 import tempfile
@@ -58,6 +57,7 @@ from kubernetes import client  # noqa: E402
 
 from _week_old import week_old_against_hpa  # noqa: E402
 from cluster.launcher import ClusterConfig, LocalCluster  # noqa: E402
+from cluster.procs import free_port  # noqa: E402
 from cluster.prometheus import Prometheus, vllm_samples  # noqa: E402
 from prescaler.api import ForecastSpec  # noqa: E402
 from prescaler.metrics import Metrics  # noqa: E402
@@ -261,6 +261,15 @@ def create_pools(
         )
 
 
+def pool_namespace(
+    api: Any, prometheus: Prometheus, ns: str, pools: int, groups: int, model: str, days: float
+) -> None:
+    """The namespace ``ns`` with ``pools`` pools on ``groups`` backfilled series."""
+    client.CoreV1Api(api).create_namespace({"metadata": {"name": ns}})
+    backfill(prometheus, ns, groups, days)
+    create_pools(api, prometheus, ns, pools, groups, model, days)
+
+
 def seed_week(api: Any, ns: str, pools: int) -> None:
     """Give every pool the status of a pool a week old: ``status.againstHpa`` with a week
     of buckets (the counters a restart goes on from), as the operator would have written
@@ -374,9 +383,7 @@ def run_one(
     api = cluster.api_client()
     core: Any = client.CoreV1Api(api)
     ns = f"bench-{pools}-{int(time.time())}"
-    core.create_namespace({"metadata": {"name": ns}})
-    backfill(prometheus, ns, groups, days)
-    create_pools(api, prometheus, ns, pools, groups, model, days)
+    pool_namespace(api, prometheus, ns, pools, groups, model, days)
     if week_old:
         seed_week(api, ns, pools)
     settings = OperatorSettings(
@@ -500,12 +507,6 @@ def run_one(
     return result
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def _tree_cpu_and_rss(root: int) -> tuple[float, int]:
     """CPU seconds and RSS (bytes) of a process and its descendants (its fit workers)."""
     tick, page = os.sysconf("SC_CLK_TCK"), os.sysconf("SC_PAGE_SIZE")
@@ -570,15 +571,13 @@ def run_sharded(
     api = cluster.api_client()
     core: Any = client.CoreV1Api(api)
     ns = f"bench-{pools}-s{shards}-{int(time.time())}"
-    core.create_namespace({"metadata": {"name": ns}})
-    backfill(prometheus, ns, groups, days)
-    create_pools(api, prometheus, ns, pools, groups, model, days)
+    pool_namespace(api, prometheus, ns, pools, groups, model, days)
     procs: dict[str, tuple[subprocess.Popen[bytes], int]] = {}
     logs = tempfile.mkdtemp(prefix="prescaler-shards-")
     env = {**os.environ, "KUBECONFIG": str(cluster.kubeconfig)}
     try:
         for i in range(replicas):
-            identity, port = f"replica-{i}", _free_port()
+            identity, port = f"replica-{i}", free_port()
             argv = [
                 str(Path(sys.executable).parent / "prescaler"),
                 "run",
