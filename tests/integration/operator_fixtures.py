@@ -279,6 +279,15 @@ class Kube:
         )
         return sorted(listing.items, key=lambda e: e.metadata.creation_timestamp)
 
+    def event(self, name: str, reason: str, deadline: float = 60) -> Any:
+        """The first Event of ``reason`` on pool ``name``, once it is there. The operator
+        posts an Event after the write it reports, so a test that saw the write waits."""
+        return wait_for(
+            lambda: next((e for e in self.events(name) if e.reason == reason), None),
+            deadline,
+            f"a {reason} Event on {name}",
+        )
+
 
 @contextmanager
 def recorded(

@@ -105,7 +105,7 @@ def test_scales_up_ahead_of_the_forecast_ramp(
         return bool(k.deployment("llm").spec.replicas > 1)
 
     wait_for(grown, ramp_at - time.time() + 30, "a scale-up", interval=0.5)
-    scaled = next(e for e in k.events("chat") if e.reason == "ScaledUp")
+    scaled = k.event("chat", "ScaledUp")
     scaled_at = (scaled.event_time or scaled.first_timestamp).timestamp()
     # Where the forecast rises above what one replica serves (start of that step).
     points = forecasts[-1]["points"]

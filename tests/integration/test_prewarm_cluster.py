@@ -219,7 +219,9 @@ def test_a_gated_pod_is_ready_only_after_its_warm_up_which_its_cold_start_includ
     assert [r.body for r in requests[1:]] == [
         {"model": MODEL, "prompt": p, "max_tokens": 1, "temperature": 0} for p in PROMPTS[:2]
     ]
-    assert [e.reason for e in _pod_events(k, pod.metadata.name)] == ["Prewarmed"]
+    # The Event follows the condition it reports.
+    events = wait_for(lambda: _pod_events(k, pod.metadata.name), 60, "the pod's Event")
+    assert [e.reason for e in events] == ["Prewarmed"]
 
     # The measured cold start (created -> Ready) runs until after the warm-up.
     cold = wait_for(

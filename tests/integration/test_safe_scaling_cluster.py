@@ -117,7 +117,8 @@ def test_the_busiest_pod_survives_a_scale_down(
         p.metadata.name: (p.metadata.annotations or {}).get(DELETION_COST_ANNOTATION) for p in left
     }
     assert costs == {busiest: "6"}
-    (event,) = [e for e in k.events("chat") if e.reason == "ScaledDown"]
+    event = k.event("chat", "ScaledDown")
+    assert [e.reason for e in k.events("chat")].count("ScaledDown") == 1
     assert f"drain: idlest first by running requests ({names[0]} 0, {names[2]} 1, {busiest} 6)" in (
         event.message
     )
@@ -220,7 +221,8 @@ def test_an_idle_pool_with_an_absent_series_reaches_zero_after_its_stabilization
     assert held["plan"]["action"] == "hold"
     assert k.deployment("idle").spec.replicas == 2
     wait_for(lambda: k.deployment("idle").spec.replicas == 0, 120, "the pool to reach zero")
-    (event,) = [e for e in k.events("idle") if e.reason == "ScaledDown"]
+    event = k.event("idle", "ScaledDown")
+    assert [e.reason for e in k.events("idle")].count("ScaledDown") == 1
     scaled_at = (event.event_time or event.first_timestamp).timestamp()
     assert scaled_at >= _ts(since) + period - 1  # second-resolution timestamps
     assert "idle: no demand" in event.message
