@@ -245,7 +245,13 @@ def test_a_forecast_shortfall_alone_raises_warning_before_the_demand_arrives(
             rise - time.time() + 60,
             "the level raised by the forecast",
         )
-        status = k.status("chat")
+        # The Event is posted before the reconcile writes the status that records the
+        # raise: wait for that status, don't race it.
+        status = wait_for(
+            lambda: (s := k.status("chat")).get("degradation", {}).get("level") != "normal" and s,
+            60,
+            "the status of the raised level",
+        )
     raised_at = (raised.event_time or raised.first_timestamp).timestamp()
     assert raised_at < rise, "the level rose only once the demand was there"
     assert raised.message.startswith("degradation normal -> warning: forecast shortfall")

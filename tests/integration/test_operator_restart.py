@@ -82,7 +82,13 @@ def test_a_restarted_operator_resumes_the_selection_from_status(
 
     with running_operator(cluster, namespace, **fast) as first:
         kept = wait_for(selection, 300, "an auto-selection in status", interval=1.0)
-        assert _counter(first, "prescaler_forecast_fits_total", model="selection") >= 1
+        # The selection is in use (and in status) before its job counts it: a chosen model
+        # that needs a fit is fitted first. Wait for the count, don't race it.
+        wait_for(
+            lambda: _counter(first, "prescaler_forecast_fits_total", model="selection") >= 1,
+            60,
+            "the selection counted in prescaler_forecast_fits_total",
+        )
     assert kept["model"] in kept["scores"]
     assert kept["score"] == kept["scores"][kept["model"]]
     assert len(kept["fingerprint"]) == 16

@@ -198,7 +198,9 @@ def test_a_gated_pod_is_ready_only_after_its_warm_up_which_its_cold_start_includ
     assert _true(held, "ContainersReady")
     assert not _true(held, "Ready"), "a pod being warmed is not Ready"
     assert _condition(held, PREWARM_CONDITION) is None
-    gate = k.condition("llm", "Prewarm")
+    # The warm-up starts once the reconcile publishes the pool's claim, before that
+    # reconcile writes the pool's status: wait for the condition, don't race it.
+    gate = wait_for(lambda: k.condition("llm", "Prewarm"), 60, "the pool's Prewarm condition")
     assert gate is not None
     assert (gate["status"], gate["reason"]) == ("True", "Gated")
 
