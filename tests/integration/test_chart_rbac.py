@@ -32,6 +32,7 @@ from integration.chart_rbac import (
     helm_template,
 )
 from integration.operator_fixtures import (  # noqa: F401 (fixtures)
+    MIN_DEADLINE,
     Kube,
     crd_fixture,
     pool_body,
@@ -403,7 +404,7 @@ def test_the_operator_uses_every_granted_rule_and_only_those(
 
             # The last calls (a lease renewal, a Warning) may still be on their way; the
             # assertions below name whatever is still unused after the deadline.
-            deadline = time.monotonic() + 60
+            deadline = time.monotonic() + MIN_DEADLINE
             while time.monotonic() < deadline:
                 calls = _mine(audit_calls(cluster, identity.user), namespace)
                 if expected <= {c.grant for c in calls}:
