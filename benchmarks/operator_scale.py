@@ -19,6 +19,12 @@ writes per minute by kind, and the CPU the whole stack spent per reconcile by co
 40 KB, before they were merged): an API server's cost per status write follows the
 object's size.
 
+Every run also prints every client's API calls per reconcile, by verb and resource (from
+kube-apiserver's ``apiserver_request_total``; kwok's and the controllers' heartbeats are
+among them), and the operator's Events per minute by reason. ``--idle-baseline`` then
+measures the same cluster, pools and Deployments for one more cycle with the operator
+stopped, and reports the stack's CPU per reconcile above that too.
+
 ``--shards N`` runs ``--replicas`` (default N) ``prescaler run --shards N`` processes on
 the pools instead of one operator in this process, and reports each replica's share: the
 shards and pools it serves, its reconciles per minute, p99, CPU seconds per cycle (with
@@ -45,7 +51,9 @@ import sys
 import tempfile
 import threading
 import time
+import traceback
 import urllib.request
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -54,6 +62,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 import yaml  # noqa: E402
 from kubernetes import client  # noqa: E402
+from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
 
 from _week_old import week_old_against_hpa  # noqa: E402
 from cluster.launcher import ClusterConfig, LocalCluster  # noqa: E402
@@ -117,6 +126,27 @@ def _cluster_cpu() -> dict[str, float]:
             continue
         comm = name.split("(", 1)[1]
         out[comm] = out.get(comm, 0.0) + sum(int(x) for x in rest.split()[11:15]) / tick
+    return out
+
+
+def _api_requests(api: Any) -> dict[str, float]:
+    """kube-apiserver's ``apiserver_request_total``, summed by verb and resource (with
+    its subresource): every client's calls, the operator's among them."""
+    response = api.call_api("GET", f"{api.configuration.host}/metrics")
+    response.read()
+    out: dict[str, float] = {}
+    for family in text_string_to_metric_families(response.data.decode()):
+        if family.name != "apiserver_request":
+            continue
+        for sample in family.samples:
+            if not sample.name.endswith("_total"):
+                continue
+            labels = sample.labels
+            resource_ = labels.get("resource", "")
+            if labels.get("subresource"):
+                resource_ += "/" + labels["subresource"]
+            key = f"{labels.get('verb', '')} {resource_}"
+            out[key] = out.get(key, 0.0) + sample.value
     return out
 
 
@@ -379,6 +409,7 @@ def run_one(
     days: float,
     week_old: bool = False,
     warmup: float = INTERVAL + 10,
+    idle_baseline: bool = False,
 ) -> dict[str, Any]:
     api = cluster.api_client()
     core: Any = client.CoreV1Api(api)
@@ -400,7 +431,8 @@ def run_one(
     writes0 = _by_label(metrics, "prescaler_status_writes", "kind")
     cpu1, (_, child_cpu1) = time.process_time(), _children_rss_and_cpu()
     cluster1, busy1 = _cluster_cpu(), _machine_busy()
-    t1 = time.monotonic()
+    requests1 = _api_requests(api)
+    t1, wall1 = time.monotonic(), time.time()
     peak_rss = 0
     peak_children = 0
     covered: list[float] = []
@@ -420,6 +452,7 @@ def run_one(
     writes1 = _by_label(metrics, "prescaler_status_writes", "kind")
     cpu2, (_, child_cpu2) = time.process_time(), _children_rss_and_cpu()
     cluster2, busy2 = _cluster_cpu(), _machine_busy()
+    requests2, wall2 = _api_requests(api), time.time()
     reasons = forecast_reasons(api, ns)
     stale = int(sum(_gauges(metrics, "prescaler_forecast_stale").values()))
     series = next(
@@ -431,7 +464,21 @@ def run_one(
         ),
         math.nan,
     )
+    events = Counter(
+        e.reason
+        for e in core.list_namespaced_event(ns).items
+        if e.event_time is not None and wall1 <= e.event_time.timestamp() <= wall2
+    )
     op.close()
+    idle: dict[str, float] = {}
+    if idle_baseline:
+        # The same cluster, pools and Deployments once the operator stopped: what the
+        # stack spends on its own (node and lease heartbeats, controllers).
+        time.sleep(10)
+        before_idle, t_idle = _cluster_cpu(), time.monotonic()
+        time.sleep(INTERVAL)
+        after_idle, idle_cycles = _cluster_cpu(), (time.monotonic() - t_idle) / INTERVAL
+        idle = {n: (c - before_idle.get(n, 0.0)) / idle_cycles for n, c in after_idle.items()}
     minutes = elapsed / 60
     result: dict[str, Any] = {
         "pools": pools,
@@ -451,6 +498,8 @@ def run_one(
             kind: round((n - writes0.get(kind, 0.0)) / minutes, 1)
             for kind, n in sorted(writes1.items())
         },
+        # The operator's Events in the measured cycles, by reason.
+        "events_per_min": {r: round(n / (elapsed / 60), 1) for r, n in sorted(events.items())},
         "forecast_series": series,
         "stale_pools": stale,
         "forecast_reasons": reasons,
@@ -492,6 +541,30 @@ def run_one(
         **{n: round(1000 * cpu / reconciles, 1) for n, cpu in parts.items()},
         "total": round(1000 * sum(parts.values()) / reconciles, 1),
     }
+    # Every client's API calls per reconcile, by verb and resource (kwok's node and pod
+    # heartbeats, the controllers' and the operator's), the busiest first.
+    calls = {k: (n - requests1.get(k, 0.0)) / reconciles for k, n in requests2.items()}
+    result["api_calls_per_reconcile"] = {
+        k: round(v, 3) for k, v in sorted(calls.items(), key=lambda kv: -kv[1]) if v >= 0.005
+    }
+    if idle:
+        cycles_measured = elapsed / INTERVAL
+        idle_parts = {
+            "kube-apiserver": idle.pop("kube-apiserver", 0.0),
+            "prometheus": idle.pop("prometheus", 0.0),
+            "etcd": idle.pop("etcd", 0.0),
+            "rest": sum(idle.values()),
+        }
+        result["cluster_idle_cpu_s_per_cycle"] = {n: round(c, 2) for n, c in idle_parts.items()}
+        # The cluster's CPU beyond what it spends with no operator at all, per reconcile.
+        above = {
+            n: cpu if n == "operator" else max(0.0, cpu - idle_parts[n] * cycles_measured)
+            for n, cpu in parts.items()
+        }
+        result["cpu_ms_per_reconcile_above_idle"] = {
+            **{n: round(1000 * cpu / reconciles, 1) for n, cpu in above.items()},
+            "total": round(1000 * sum(above.values()) / reconciles, 1),
+        }
     if restart:
         op = Operator(settings)
         result["restart_ready_s"] = round(time.monotonic() - op.started, 1)
@@ -708,6 +781,12 @@ def main() -> int:
         " after its start, so a steady state needs 6)",
     )
     parser.add_argument(
+        "--idle-baseline",
+        action="store_true",
+        help="first measure the cluster one cycle with the pools and no operator, and"
+        " report the stack's CPU per reconcile above that too",
+    )
+    parser.add_argument(
         "--shards",
         type=int,
         default=0,
@@ -758,6 +837,7 @@ def main() -> int:
                     args.history_days,
                     args.week_old_status,
                     args.warmup,
+                    args.idle_baseline,
                 )
                 print(json.dumps(result), flush=True)
         finally:
@@ -767,4 +847,10 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        code = main()
+    except BaseException:
+        traceback.print_exc()
+        code = 1
+    sys.stdout.flush()
+    os._exit(code)  # an in-process operator's threads must not outlive a failed run
