@@ -133,13 +133,19 @@ def test_levels_rise_at_once_and_fall_only_after_the_hold() -> None:
     state = up.state
     t = NOW
     # Quiet signals: the level holds for the hold time, then falls.
+    reasons = []
     for _ in range(4):  # 0, 30, 60, 90 s
         t += 30.0
         held = assess(inputs(waiting=0.0, now=t, previous=state))
         assert held.level == "critical"
         assert not held.changed
         assert any("holding critical" in r for r in held.reasons)
+        reasons.append(held.reasons)
         state = held.state
+    # The hold's reason names when it ends (no countdown that would change the published
+    # ConfigMap at every reconcile of the hold).
+    assert all(r == reasons[0] for r in reasons), reasons
+    assert any("until " in r for r in reasons[0]), reasons[0]
     fallen = assess(inputs(waiting=0.0, now=t + 30.0, previous=state))
     assert fallen.level == "normal"
     assert fallen.changed

@@ -39,6 +39,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Literal
 
 from prescaler.capacity import CapacityModel
@@ -288,11 +289,18 @@ def _hysteresis(
             tuple(name for name, lvl in levels.items() if lvl == peak) if peak != "normal" else ()
         )
         return DegradationState(peak, now, None, "normal", kept or raised), None
+    # When the hold ends, not a countdown: the reason stays the same from one reconcile
+    # to the next, so the ConfigMap gateways read is not rewritten each time.
     why = (
-        f"holding {prev.level} for {hold - (now - calm_since):.0f}s more "
-        f"(signals below it for {now - calm_since:.0f}s of {hold:.0f}s)"
+        f"holding {prev.level} until {_clock(calm_since + hold)} "
+        f"(signals below it since {_clock(calm_since)}, hold {hold:.0f}s)"
     )
     return DegradationState(prev.level, prev.since, calm_since, peak, prev.raised_by), why
+
+
+def _clock(ts: float) -> str:
+    """A time of day for people, in UTC."""
+    return datetime.fromtimestamp(ts, UTC).strftime("%H:%M:%S UTC")
 
 
 def _retry_after(now: float, arrivals: Sequence[float], cold_start_seconds: float) -> int:
