@@ -425,14 +425,21 @@ def test_a_sharded_replica_needs_only_the_charts_rbac(
     chart's ServiceAccount, takes its member slot and both shard Leases and serves a pool
     of each shard (a call the Role lacks would leave it serving nothing)."""
     k = Kube(kube, namespace)
-    shards = {}
-    for i in range(6):
+    shards: dict[str, int] = {}
+    # A pool's shard hashes its namespace (random here) and name: pick names until each
+    # shard has three pools, so that both are served whatever the namespace.
+    for i in itertools.count():
         name = f"p-{i}"
-        k.create_deployment(gpu_deployment(name, 0))
         spec = {"target": {"name": name}, "minReplicas": 0, "maxReplicas": 1}
+        shard = pool_shard(namespace, name, spec, 2)
+        if sum(s == shard for s in shards.values()) == 3:
+            if len(shards) == 6:
+                break
+            continue
+        k.create_deployment(gpu_deployment(name, 0))
         k.create_pool(name, {**spec, "model": {"tokensPerSecond": 3750}})
-        shards[name] = pool_shard(namespace, name, spec, 2)
-    assert set(shards.values()) == {0, 1}
+        shards[name] = shard
+    assert sorted(shards.values()) == [0, 0, 0, 1, 1, 1]
     with chart_identity(cluster, namespace, tmp_path, values={"shards": 2}) as identity:
         assert identity.lease_name.endswith("-shard-0"), identity.lease_name
         monkeypatch.setenv("KUBECONFIG", str(identity.kubeconfig))
