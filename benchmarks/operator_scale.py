@@ -135,19 +135,25 @@ def _api_requests(api: Any) -> dict[str, float]:
     response = api.call_api("GET", f"{api.configuration.host}/metrics")
     response.read()
     out: dict[str, float] = {}
-    for family in text_string_to_metric_families(response.data.decode()):
-        if family.name != "apiserver_request":
+    for name, labels, value in _samples(response.data.decode()):
+        if name != "apiserver_request_total":
             continue
-        for sample in family.samples:
-            if not sample.name.endswith("_total"):
-                continue
-            labels = sample.labels
-            resource_ = labels.get("resource", "")
-            if labels.get("subresource"):
-                resource_ += "/" + labels["subresource"]
-            key = f"{labels.get('verb', '')} {resource_}"
-            out[key] = out.get(key, 0.0) + sample.value
+        resource_ = labels.get("resource", "")
+        if labels.get("subresource"):
+            resource_ += "/" + labels["subresource"]
+        key = f"{labels.get('verb', '')} {resource_}"
+        out[key] = out.get(key, 0.0) + value
     return out
+
+
+def _components(cpu: dict[str, float]) -> dict[str, float]:
+    """The cluster's CPU by component: kube-apiserver, Prometheus, etcd, and the rest
+    (controller-manager, scheduler and kwok)."""
+    main = ("kube-apiserver", "prometheus", "etcd")
+    return {
+        **{n: cpu.get(n, 0.0) for n in main},
+        "rest": sum(c for n, c in cpu.items() if n not in main),
+    }
 
 
 def _machine_busy() -> tuple[float, float]:
@@ -499,7 +505,7 @@ def run_one(
             for kind, n in sorted(writes1.items())
         },
         # The operator's Events in the measured cycles, by reason.
-        "events_per_min": {r: round(n / (elapsed / 60), 1) for r, n in sorted(events.items())},
+        "events_per_min": {r: round(n / minutes, 1) for r, n in sorted(events.items())},
         "forecast_series": series,
         "stale_pools": stale,
         "forecast_reasons": reasons,
@@ -529,14 +535,8 @@ def run_one(
     # CPU of the whole stack per reconcile, by component (the fit processes are the
     # operator's too; controller-manager, scheduler and kwok are "rest").
     reconciles = max(1.0, count1 - count0)
-    cluster = {n: cpu - cluster1.get(n, 0.0) for n, cpu in cluster2.items()}
-    parts = {
-        "operator": (cpu2 - cpu1) + (child_cpu2 - child_cpu1),
-        "kube-apiserver": cluster.pop("kube-apiserver", 0.0),
-        "prometheus": cluster.pop("prometheus", 0.0),
-        "etcd": cluster.pop("etcd", 0.0),
-        "rest": sum(cluster.values()),
-    }
+    spent = {n: cpu - cluster1.get(n, 0.0) for n, cpu in cluster2.items()}
+    parts = {"operator": (cpu2 - cpu1) + (child_cpu2 - child_cpu1), **_components(spent)}
     result["cpu_ms_per_reconcile"] = {
         **{n: round(1000 * cpu / reconciles, 1) for n, cpu in parts.items()},
         "total": round(1000 * sum(parts.values()) / reconciles, 1),
@@ -549,12 +549,7 @@ def run_one(
     }
     if idle:
         cycles_measured = elapsed / INTERVAL
-        idle_parts = {
-            "kube-apiserver": idle.pop("kube-apiserver", 0.0),
-            "prometheus": idle.pop("prometheus", 0.0),
-            "etcd": idle.pop("etcd", 0.0),
-            "rest": sum(idle.values()),
-        }
+        idle_parts = _components(idle)
         result["cluster_idle_cpu_s_per_cycle"] = {n: round(c, 2) for n, c in idle_parts.items()}
         # The cluster's CPU beyond what it spends with no operator at all, per reconcile.
         above = {
@@ -598,16 +593,18 @@ def _tree_cpu_and_rss(root: int) -> tuple[float, int]:
     return cpu, rss
 
 
-def _scrape(port: int) -> list[tuple[str, dict[str, str], float]]:
-    from prometheus_client.parser import text_string_to_metric_families
-
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=30) as resp:
-        text = resp.read().decode()
+def _samples(text: str) -> list[tuple[str, dict[str, str], float]]:
+    """Every sample of a Prometheus text exposition: name, labels, value."""
     return [
         (s.name, dict(s.labels), s.value)
         for family in text_string_to_metric_families(text)
         for s in family.samples
     ]
+
+
+def _scrape(port: int) -> list[tuple[str, dict[str, str], float]]:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=30) as resp:
+        return _samples(resp.read().decode())
 
 
 def _replica_view(port: int) -> dict[str, Any]:
@@ -722,13 +719,7 @@ def run_sharded(
     spent = {n: cpu - cluster1.get(n, 0.0) for n, cpu in cluster2.items()}
     spent.pop("prescaler", None)  # the replicas, counted above
     reconciles = max(1.0, total * minutes)
-    parts = {
-        "operators": operators,
-        "kube-apiserver": spent.pop("kube-apiserver", 0.0),
-        "prometheus": spent.pop("prometheus", 0.0),
-        "etcd": spent.pop("etcd", 0.0),
-        "rest": sum(spent.values()),
-    }
+    parts = {"operators": operators, **_components(spent)}
     core.delete_namespace(ns)
     api.close()
     return {
@@ -783,7 +774,7 @@ def main() -> int:
     parser.add_argument(
         "--idle-baseline",
         action="store_true",
-        help="first measure the cluster one cycle with the pools and no operator, and"
+        help="then measure the cluster one more cycle with the operator stopped, and"
         " report the stack's CPU per reconcile above that too",
     )
     parser.add_argument(

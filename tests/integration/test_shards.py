@@ -428,13 +428,12 @@ def test_a_sharded_replica_needs_only_the_charts_rbac(
     shards: dict[str, int] = {}
     # A pool's shard hashes its namespace (random here) and name: pick names until each
     # shard has three pools, so that both are served whatever the namespace.
-    for i in itertools.count():
-        name = f"p-{i}"
+    names = (f"p-{i}" for i in itertools.count())
+    while len(shards) < 6:
+        name = next(names)
         spec = {"target": {"name": name}, "minReplicas": 0, "maxReplicas": 1}
         shard = pool_shard(namespace, name, spec, 2)
         if sum(s == shard for s in shards.values()) == 3:
-            if len(shards) == 6:
-                break
             continue
         k.create_deployment(gpu_deployment(name, 0))
         k.create_pool(name, {**spec, "model": {"tokensPerSecond": 3750}})
