@@ -4,7 +4,10 @@ It listens on plain HTTP on loopback and forwards every request over TLS with th
 client certificate, streaming answers (watches too). Rules, switched on and off while it
 runs, answer matching requests themselves instead (a 409, a 429 with ``Retry-After``, a
 500 or 503 as a Kubernetes ``Status``), or cut a watch stream mid-way (the connection is
-closed without the end of the chunked body). Each rule fires a set number of times, then
+closed without the end of the chunked body). A ``mute`` rule swallows a watch stream's
+events until it is lifted, then cuts it: a watch gap whose events are lost. A ``gone``
+rule answers a watch with the API server's ``410 Gone`` (resource version too old) as its
+one event, which makes a client list again. Each rule fires a set number of times, then
 lets requests through. Every request is logged with what happened to it.
 
 Usage::
@@ -61,9 +64,13 @@ class Rule:
     """The answer's HTTP status; 0 with ``action="drop"``."""
     times: int = 1
     """How many matching requests it takes; then they pass."""
-    action: Literal["answer", "drop"] = "answer"
+    action: Literal["answer", "drop", "mute", "gone"] = "answer"
     """``answer``: reply ``status`` without forwarding; ``drop``: forward, relay the stream
-    for ``drop_after`` seconds, then close the connection mid-stream."""
+    for ``drop_after`` seconds, then close the connection mid-stream; ``mute``: forward,
+    relay nothing of the stream until :attr:`lifted`, then close it mid-stream; ``gone``:
+    reply ``200`` to a watch with one ``ERROR`` event of code 410, then end it."""
+    lifted: bool = False
+    """``mute``: set to end the gap (the muted streams are then cut)."""
     watch: bool | None = None
     """Match only watch requests (True), only others (False), or both (None)."""
     retry_after: int | None = None
@@ -100,7 +107,8 @@ class Seen:
     status: int
     """The status the client got (the injected one, or the API server's)."""
     injected: str | None
-    """``answer`` or ``drop`` if a rule took it, else ``None``."""
+    """The action of the rule that took it (``answer``, ``drop``, ``mute``, ``gone``), else
+    ``None``."""
     body: bytes = b""
     """The request body (writes)."""
 
@@ -253,6 +261,9 @@ class ApiProxy:
         if rule is not None and rule.action == "answer":
             log(rule.status, "answer")
             return _status_answer(rule)
+        if rule is not None and rule.action == "gone":
+            log(200, "gone")
+            return _gone_answer()
         assert self._session is not None
         headers = {k: v for k, v in request.headers.items() if k.lower() not in HOP_BY_HOP}
         async with self._session.request(
@@ -263,21 +274,26 @@ class ApiProxy:
             # Forwarded as sent: no Content-Type of aiohttp's own where the client sent none.
             skip_auto_headers=("Content-Type",),
         ) as upstream:
-            log(upstream.status, "drop" if rule is not None else None)
+            log(upstream.status, rule.action if rule is not None else None)
             answer = web.StreamResponse(
                 status=upstream.status,
                 reason=upstream.reason,
                 headers={k: v for k, v in upstream.headers.items() if k.lower() not in HOP_BY_HOP},
             )
             await answer.prepare(request)
-            # A drop rule takes a stream when it starts or, for a long watch already open
-            # when the rule was added, while it runs.
-            cut_at = arrived + rule.drop_after if rule is not None else None
+            # A drop or mute rule takes a stream when it starts or, for a long watch
+            # already open when the rule was added, while it runs.
+            muted = rule if rule is not None and rule.action == "mute" else None
+            cut_at = arrived + rule.drop_after if rule is not None and muted is None else None
             while True:
-                if cut_at is None and watch:
+                if cut_at is None and muted is None and watch:
                     late = self._take(method, path, watch, "drop")
                     if late is not None:
                         cut_at = time.monotonic() + late.drop_after
+                    else:
+                        muted = self._take(method, path, watch, "mute")
+                if muted is not None and muted.lifted:
+                    cut_at = time.monotonic()
                 if cut_at is not None and time.monotonic() >= cut_at:
                     # Cut: close the connection before the chunked body's end.
                     if request.transport is not None:
@@ -289,9 +305,29 @@ class ApiProxy:
                     continue
                 if not chunk:
                     break
-                await answer.write(chunk)
+                if muted is None:
+                    await answer.write(chunk)
             await answer.write_eof()
             return answer
+
+
+def _gone_answer() -> web.Response:
+    """A watch answered as the API server does when its resource version is too old."""
+    event = {
+        "type": "ERROR",
+        "object": {
+            "kind": "Status",
+            "apiVersion": "v1",
+            "metadata": {},
+            "status": "Failure",
+            "message": "injected by the test's API proxy: too old resource version",
+            "reason": "Expired",
+            "code": 410,
+        },
+    }
+    return web.Response(
+        status=200, body=json.dumps(event).encode() + b"\n", content_type="application/json"
+    )
 
 
 def _status_answer(rule: Rule) -> web.Response:

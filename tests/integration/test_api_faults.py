@@ -10,6 +10,7 @@ Event, and nothing reported as an external change.
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -19,12 +20,14 @@ import pytest
 
 from cluster.apiproxy import ApiProxy, Rule
 from cluster.launcher import LocalCluster
+from cluster.objects import gpu_deployment
 from integration.operator_fixtures import (  # noqa: F401 (fixtures)
     Kube,
     crd_fixture,
     running_operator,
     wait_for,
 )
+from prescaler.api import GROUP, PLURAL, VERSION
 from prescaler.metrics import Metrics
 
 pytestmark = pytest.mark.cluster
@@ -123,3 +126,89 @@ def test_the_operator_converges_through_api_server_faults(
         for fired in rule.fired_at:
             retry = min(t for t in after if t > fired)
             assert retry - fired >= fault.retry_after - 0.05, (fired, retry)
+
+
+POOL_WATCH = r"/namespaces/[^/]+/inferencepools$"
+
+
+def test_a_pool_deleted_while_the_watch_was_down_is_never_acted_on_again(
+    cluster: LocalCluster,
+    crd: None,
+    kube: Any,
+    namespace: str,
+    api_proxy: ApiProxy,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The pool watch goes quiet (its events lost), pool ``chat`` is deleted and its
+    Deployment scaled to 0, below the pool's floor; then the watch resumes with ``410
+    Gone`` and the operator lists the pools again. No ``DELETED`` event ever arrives: the
+    relist alone must end the pool's loop, and until it does, nothing may scale for it."""
+    k = Kube(kube, namespace)
+    k.deployment_and_pool(min_replicas=1)
+    k.create_deployment(gpu_deployment("other", 1))
+    k.create_pool(
+        "keep",
+        {
+            "target": {"name": "other"},
+            "minReplicas": 1,
+            "maxReplicas": 2,
+            "model": {"tokensPerSecond": 3750},
+            "coldStart": {"mode": "fixed", "seconds": 30},
+        },
+    )
+    monkeypatch.setenv("KUBECONFIG", str(api_proxy.kubeconfig))  # kopf's own login
+    with running_operator(cluster, namespace, kubeconfig=str(api_proxy.kubeconfig)) as metrics:
+
+        def last(pool: str) -> float | None:
+            return metrics.registry.get_sample_value(
+                "prescaler_last_reconcile_timestamp_seconds",
+                {"namespace": namespace, "pool": pool},
+            )
+
+        wait_for(
+            lambda: all(k.status(p).get("appliedReplicas") == 1 for p in ("chat", "keep")),
+            120,
+            "both pools' first statuses",
+        )
+        gap = api_proxy.add(Rule(None, POOL_WATCH, action="mute", watch=True))
+        wait_for(lambda: gap.exhausted, 60, "the pool watch to go quiet")
+        k.delete_pool("chat")
+        wait_for(
+            lambda: (
+                not k.custom.list_namespaced_custom_object(
+                    GROUP, VERSION, namespace, PLURAL, field_selector="metadata.name=chat"
+                )["items"]
+            ),
+            60,
+            "the pool to be gone",
+        )
+        k.apps.patch_namespaced_deployment_scale("llm", namespace, {"spec": {"replicas": 0}})
+        deleted = time.monotonic()
+        # The loop still runs (no event told it): it reads its target, and the plan for a
+        # floor of 1 over 0 replicas is a scale-up, which the pool's absence must stop.
+        reconciled = last("chat")
+        wait_for(lambda: (last("chat") or 0.0) > (reconciled or 0.0) + 2, 60, "a tick or two")
+        gone = api_proxy.add(Rule("GET", POOL_WATCH, action="gone", watch=True))
+        gap.lifted = True
+        wait_for(lambda: gone.exhausted, 60, "the watch to resume, and be told 410 Gone")
+        wait_for(lambda: last("chat") is None, 60, "the deleted pool's loop to end")
+        ended = time.monotonic()
+        kept = last("keep") or 0.0
+        wait_for(lambda: (last("keep") or 0.0) >= kept + 3, 60, "three more reconciles of keep")
+
+    seen = api_proxy.seen()
+    relists = [
+        s
+        for s in seen
+        if s.method == "GET"
+        and s.at > deleted
+        and "watch" not in s.query
+        and s.path.endswith("/inferencepools")
+    ]
+    assert relists, "the operator listed the pools again"
+    touches = [s for s in seen if "/deployments/llm" in s.path]
+    assert not [s for s in touches if s.method != "GET" and s.at > deleted], touches
+    assert not [s for s in touches if s.at > ended], "the deleted pool's loop went on"
+    assert k.deployment("llm").spec.replicas == 0
+    assert k.deployment("other").spec.replicas == 1
+    assert "ScaledUp" not in [e.reason for e in k.events("chat")]

@@ -26,6 +26,8 @@ NOW = 1_750_000_000.0
 @dataclass
 class FakeKube:
     workloads: dict[str, Workload]
+    pools: dict[str, str] = field(default_factory=lambda: {"pd": "uid-1"})
+    """The pools the API server has now: name -> uid."""
     scales: list[tuple[str, int]] = field(default_factory=list)
     events: list[tuple[str, str, str]] = field(default_factory=list)
     config_maps: dict[str, dict[str, Any]] = field(default_factory=dict)
@@ -42,6 +44,11 @@ class FakeKube:
 
     async def list_pod_starts(self, namespace: str, selector: str) -> list[PodStart]:
         return []
+
+    async def custom_object_uid(
+        self, group: str, version: str, plural: str, namespace: str, name: str
+    ) -> str | None:
+        return self.pools.get(name)
 
     async def post_event(self, ref: ObjectRef, type_: str, reason: str, message: str) -> None:
         self.events.append((type_, reason, message))

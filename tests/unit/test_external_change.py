@@ -32,6 +32,8 @@ HAND = "kubectl-scale"
 @dataclass
 class FakeKube:
     workload: Workload
+    pools: dict[str, str] = field(default_factory=lambda: {"pool": "uid-1"})
+    """The pools the API server has now: name -> uid."""
     hpa: Hpa | None = None
     scales: list[int] = field(default_factory=list)
     floors: list[int] = field(default_factory=list)
@@ -63,6 +65,11 @@ class FakeKube:
 
     async def list_pod_starts(self, namespace: str, selector: str) -> list[PodStart]:
         return []
+
+    async def custom_object_uid(
+        self, group: str, version: str, plural: str, namespace: str, name: str
+    ) -> str | None:
+        return self.pools.get(name)
 
     async def post_event(self, ref: ObjectRef, type_: str, reason: str, message: str) -> None:
         self.events.append((type_, reason, message))

@@ -119,6 +119,8 @@ def test_a_replica_that_loses_the_lead_reports_no_pool_series() -> None:
 @dataclass
 class FakeKube:
     workload: Workload
+    pools: dict[str, str] = field(default_factory=lambda: {"pool": "uid-1"})
+    """The pools the API server has now: name -> uid."""
     events: list[tuple[str, str, str]] = field(default_factory=list)
 
     async def get_workload(self, namespace: str, kind: str, name: str) -> Workload:
@@ -130,6 +132,11 @@ class FakeKube:
     async def patch_scale(self, namespace: str, kind: str, name: str, replicas: int) -> None:
         w = self.workload
         self.workload = Workload(w.kind, w.name, replicas, w.ready_replicas, w.selector)
+
+    async def custom_object_uid(
+        self, group: str, version: str, plural: str, namespace: str, name: str
+    ) -> str | None:
+        return self.pools.get(name)
 
     async def post_event(self, ref: Any, type_: str, reason: str, message: str) -> None:
         self.events.append((type_, reason, message))

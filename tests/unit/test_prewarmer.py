@@ -40,6 +40,8 @@ UNGATED = {
 
 @dataclass
 class FakeKube:
+    pools: dict[str, str] = field(default_factory=lambda: {"chat": "pool-uid"})
+    """The pools the API server has now: name -> uid."""
     template: dict[str, Any] = field(default_factory=lambda: GATED)
     config_maps: dict[str, dict[str, str]] = field(default_factory=dict)
     conditions: list[tuple[str, str, str]] = field(default_factory=list)
@@ -63,6 +65,11 @@ class FakeKube:
             return self.config_maps[name]
         except KeyError:
             raise NotFound(f"configmaps {name}", 404) from None
+
+    async def custom_object_uid(
+        self, group: str, version: str, plural: str, namespace: str, name: str
+    ) -> str | None:
+        return self.pools.get(name)
 
     async def post_event(self, ref: ObjectRef, type_: str, reason: str, message: str) -> None:
         self.events.append((ref.kind, ref.name, type_, reason, message))

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from prescaler.controller.forecast import ForecastHub
-from prescaler.controller.model import PoolObject
+from prescaler.controller.model import PoolGone, PoolObject
 from prescaler.controller.reconcile import Reconciler
 from prescaler.controller.status import rfc3339
 from prescaler.kube import Hpa, NotFound, ObjectRef, PodStart, StandbyObservation, Workload
@@ -20,6 +20,8 @@ NOW = 1_750_000_000.0
 
 @dataclass
 class FakeKube:
+    pools: dict[str, str] = field(default_factory=lambda: {"pool": "uid-1"})
+    """The pools the API server has now: name -> uid."""
     workloads: dict[tuple[str, str], Workload] = field(default_factory=dict)
     hpas: dict[str, Hpa] = field(default_factory=dict)
     pods: list[PodStart] = field(default_factory=list)
@@ -68,6 +70,11 @@ class FakeKube:
 
     async def ensure_priority_class(self, obj: dict[str, Any]) -> None:
         self.calls.append(("priorityclass", obj["metadata"]["name"]))
+
+    async def custom_object_uid(
+        self, group: str, version: str, plural: str, namespace: str, name: str
+    ) -> str | None:
+        return self.pools.get(name)
 
     async def post_event(self, ref: ObjectRef, type_: str, reason: str, message: str) -> None:
         self.events.append((type_, reason, message))
@@ -140,6 +147,18 @@ def test_window_within_lead_scales_up_and_emits_an_event() -> None:
     assert status["lastScaleUpTime"] == rfc3339(NOW)
     assert _condition(status, "ScheduleActive")["status"] == "True"
     assert status["nextWindow"]["name"] == "launch"
+
+
+@pytest.mark.parametrize("now_there", [None, "uid-2"], ids=["deleted", "replaced"])
+def test_a_pool_that_is_gone_scales_nothing(now_there: str | None) -> None:
+    """Its loop may tick once more (its deletion came while the watch was down): the
+    quorum read before the scale finds no pool of its uid, and nothing is written."""
+    kube = _kube()
+    kube.pools = {} if now_there is None else {"pool": now_there}
+    with pytest.raises(PoolGone):
+        _run(_reconciler(kube), _spec(schedules=[_window(100, 400, 4)]))
+    assert kube.calls == []
+    assert kube.events == []
 
 
 def test_window_beyond_lead_leaves_the_target_alone() -> None:

@@ -12,7 +12,7 @@ import jsonpatch
 import pytest
 
 from prescaler.controller.forecast import ForecastHub
-from prescaler.controller.model import PoolObject
+from prescaler.controller.model import PoolGone, PoolObject
 from prescaler.controller.reconcile import Reconciler
 from prescaler.controller.status import (
     apply_merge_patch,
@@ -20,7 +20,7 @@ from prescaler.controller.status import (
     rfc3339,
     status_ops,
 )
-from prescaler.kube import Hpa, KubeError, PodStart
+from prescaler.kube import Hpa, KubeError, NotFound, PodStart
 from prescaler.metrics import Metrics
 from prescaler.sources import Snapshot
 from unit.test_status_pipeline import NOW, FakeKube, _kube, _spec
@@ -106,12 +106,15 @@ class WritingKube(FakeKube):
     stored: dict[str, Any] = field(default_factory=dict)
     version: int = 41
     moved: bool = False
+    deleted: bool = False
     pod_lists: int = 0
     hpa_lists: int = 0
 
     async def patch_status(
         self, group: str, version: str, plural: str, ns: str, name: str, status: dict[str, Any]
     ) -> None:
+        if self.deleted:
+            raise NotFound(f"{plural} {name}", 404)
         self.writes.append(("merge", status))
         self.stored, self.version = apply_merge_patch(self.stored, status), self.version + 1
 
@@ -125,6 +128,8 @@ class WritingKube(FakeKube):
         resource_version: str,
         ops: list[dict[str, Any]],
     ) -> None:
+        if self.deleted:
+            raise NotFound(f"{plural} {name}", 404)
         if self.moved:
             raise KubeError("test failed", 422)
         assert resource_version == str(self.version)
@@ -326,3 +331,13 @@ def test_pools_started_together_reach_their_checkpoints_in_different_cycles() ->
     assert rec._written["a"] == pytest.approx(NOW - 299.7)
     rec._wrote("a", NOW + 60)  # later writes: when they are made
     assert rec._written["a"] == NOW + 60
+
+
+@pytest.mark.parametrize("versioned", [True, False], ids=["changes", "whole"])
+def test_a_status_write_that_finds_the_pool_gone_ends_its_loop(versioned: bool) -> None:
+    kube, clock = _writing_kube(), [NOW]
+    rec = _reconciler(kube, clock)
+    kube.deleted = True
+    with pytest.raises(PoolGone):
+        _cycle(rec, kube, versioned=versioned)
+    assert kube.writes == []

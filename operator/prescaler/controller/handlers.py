@@ -10,8 +10,14 @@ from typing import TYPE_CHECKING, Any
 import kopf
 
 from prescaler.api import GROUP, PLURAL, VERSION
-from prescaler.controller.loops import Loops
-from prescaler.controller.model import PoolObject, TargetClaim, target_claims, target_owner
+from prescaler.controller.loops import Loops, Sweep
+from prescaler.controller.model import (
+    PoolGone,
+    PoolObject,
+    TargetClaim,
+    target_claims,
+    target_owner,
+)
 from prescaler.kube import KubeError
 
 if TYPE_CHECKING:
@@ -19,6 +25,8 @@ if TYPE_CHECKING:
     from prescaler.controller.reconcile import Reconciler
     from prescaler.controller.shards import ShardGate
 
+
+log = logging.getLogger("prescaler.handlers")
 
 KICK_SPREAD_SECONDS = 2.0
 """The pools of a shard just taken over tick within this long (or an eighth of the period,
@@ -37,6 +45,13 @@ def _pool(kwargs: dict[str, Any], superseded_by: str | None = None) -> PoolObjec
         superseded_by=superseded_by,
         resource_version=body["metadata"].get("resourceVersion"),
     )
+
+
+def _key(body: kopf.Body) -> str:
+    """A pool's loop key: namespace, name and uid (a pool recreated under its name is
+    another loop)."""
+    meta = body["metadata"]
+    return f"{meta['namespace']}/{meta['name']} ({meta['uid']})"
 
 
 def configure_kopf(kopf_settings: kopf.OperatorSettings, namespaces: Sequence[str] = ()) -> None:
@@ -105,15 +120,38 @@ def register(
             (o for key in keys if (o := target_owner(me, claims.get(key, []))) is not None), None
         )
         pool = _pool({"body": body}, superseded_by=owner)
-        if shards is None:
-            await reconciler.run(pool)
-            return
-        with shards.acting(pool) as mine:
-            if mine is not None:  # else another replica serves its shard
-                await reconciler.run(mine)
+        try:
+            if shards is None:
+                await reconciler.run(pool)
+                return
+            with shards.acting(pool) as mine:
+                if mine is not None:  # else another replica serves its shard
+                    await reconciler.run(mine)
+        except PoolGone as exc:
+            log.info("%s: its loop ends", exc)
+            loops.discard(_key(body))
+            gone(seen)
+
+    def gone(seen: tuple[kopf.Body, kopf.Index[Any, TargetClaim]]) -> None:
+        pool = _pool({"body": seen[0]})
+        reconciler.forget(pool)
+        if shards is not None:
+            shards.forget(pool)
+
+    async def list_uids(namespace: str | None) -> set[str]:
+        return await reconciler.kube.list_custom_object_uids(GROUP, VERSION, PLURAL, namespace)
 
     loops: Loops[tuple[kopf.Body, kopf.Index[Any, TargetClaim]]] = Loops(
         interval, reconcile, name="reconcile of pool", expected=(KubeError,)
+    )
+    # A pool deleted while the watch was down sends no DELETED event: after a relist, the
+    # loops of pools the API server no longer has end.
+    sweep = Sweep(
+        loops,
+        uid_of=lambda seen: str(seen[0]["metadata"]["uid"]),
+        scope_of=lambda seen: str(seen[0]["metadata"]["namespace"]) if namespaces else None,
+        list_uids=list_uids,
+        gone=gone,
     )
     if shards is not None:
         gate = shards
@@ -128,21 +166,21 @@ def register(
     # A raw watch event, not on.delete: no finalizer, diffbase or progress annotations.
     @kopf.on.event(GROUP, VERSION, PLURAL, registry=registry)
     async def follow(type: str | None, body: kopf.Body, **kwargs: Any) -> None:
-        meta = body["metadata"]
-        key = f"{meta['namespace']}/{meta['name']} ({meta['uid']})"
-        if type != "DELETED" and not meta.get("deletionTimestamp"):
+        key = _key(body)
+        if type is None:  # from a listing: at the start, or a relist after a watch gap
+            sweep.listed()
+        if type != "DELETED" and not body["metadata"].get("deletionTimestamp"):
             loops.feed(key, (body, kwargs["pools_by_target"]))
             if shards is not None:
                 shards.observe(body)  # what each shard weighs
             return
         await loops.stop(key)  # after its running reconcile, if one runs
         if type == "DELETED":
-            reconciler.forget(_pool({"body": body}))
-            if shards is not None:
-                shards.forget(_pool({"body": body}))
+            gone((body, kwargs["pools_by_target"]))
 
     @kopf.on.cleanup(registry=registry)
     async def stop_loops(**_: Any) -> None:
+        await sweep.close()
         await loops.close()
         if shards is not None:
             await reconciler.flush(only=shards.serves_pool)  # only the shards still held

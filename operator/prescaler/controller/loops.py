@@ -124,6 +124,20 @@ class Loops(Generic[T]):
         if tasks:
             await asyncio.wait(tasks)
 
+    def items(self) -> list[tuple[str, T]]:
+        """Every running loop's key and latest value."""
+        return [(key, loop.value) for key, loop in self._loops.items()]
+
+    def discard(self, key: str) -> None:
+        """End ``key``'s loop without waiting (no-op if it has none): at once while it
+        waits, after its tick while one runs, so a tick may end its own loop."""
+        loop = self._loops.pop(key, None)
+        if loop is None or loop.task is None:
+            return
+        loop.stopped = True
+        if not loop.ticking:
+            loop.task.cancel()
+
     def kick(self, which: Callable[[T], bool], within: float = 0.0) -> int:
         """Make every loop whose latest value ``which`` accepts tick now (or, with
         ``within``, at a spread delay in ``[0, within)``, so many kicked loops do not tick
@@ -187,3 +201,81 @@ class Loops(Generic[T]):
             if loop.stopped:
                 return
             due = self.next_due(start, self._clock())
+
+
+class Sweep(Generic[T]):
+    """Ends the loops whose objects a fresh list no longer has.
+
+    A watch that was down long enough (``410 Gone``) is followed by a relist, and an object
+    deleted in the gap sends no ``DELETED`` event: its loop would go on. :meth:`listed` is
+    called for every object a listing delivers; once none came for ``quiet`` seconds,
+    :meth:`sweep` lists the objects itself (``list_uids``, per ``scope_of`` a loop's value)
+    and ends every loop that was running before that list and whose uid it lacks, then
+    calls ``gone`` with the loop's last value. A failed list is retried after ``quiet``.
+    """
+
+    def __init__(
+        self,
+        loops: Loops[T],
+        *,
+        uid_of: Callable[[T], str],
+        scope_of: Callable[[T], str | None],
+        list_uids: Callable[[str | None], Awaitable[set[str]]],
+        gone: Callable[[T], None],
+        quiet: float = 2.0,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], Awaitable[object]] = asyncio.sleep,
+        logger: logging.Logger = log,
+    ) -> None:
+        self._loops = loops
+        self._uid_of, self._scope_of = uid_of, scope_of
+        self._list_uids, self._gone = list_uids, gone
+        self._quiet, self._clock, self._sleep, self._log = quiet, clock, sleep, logger
+        self._due: float | None = None
+        self._task: asyncio.Task[None] | None = None
+        self.swept = 0
+        """How many loops sweeps have ended."""
+
+    def listed(self) -> None:
+        """A listing delivered an object: sweep once the listing has been quiet."""
+        self._due = self._clock() + self._quiet
+        if self._task is None or self._task.done():
+            self._task = asyncio.create_task(self._wait_and_sweep(), name="sweep of loops")
+
+    async def _wait_and_sweep(self) -> None:
+        while self._due is not None:
+            delay = self._due - self._clock()
+            if delay > 0:
+                await self._sleep(delay)
+                continue
+            self._due = None
+            try:
+                await self.sweep()
+            except Exception as exc:  # logged, and retried
+                self._log.warning("listing for the sweep of loops failed: %s; retrying", exc)
+                self._due = self._clock() + self._quiet
+
+    async def sweep(self) -> int:
+        """End the loops of objects a list made now does not have; returns how many."""
+        running = self._loops.items()
+        scopes = {self._scope_of(value) for _, value in running}
+        present: set[str] = set()
+        for scope in sorted(scopes, key=lambda s: s or ""):
+            present |= await self._list_uids(scope)
+        ended = 0
+        for key, value in running:
+            if self._uid_of(value) in present or key not in self._loops:
+                continue
+            self._log.info("%s is gone (not in a fresh list): its loop ends", key)
+            await self._loops.stop(key)
+            self._gone(value)
+            ended += 1
+        self.swept += ended
+        return ended
+
+    async def close(self) -> None:
+        """Cancel a pending sweep and wait for it."""
+        self._due = None
+        if self._task is not None and not self._task.done():
+            self._task.cancel()
+            await asyncio.wait([self._task])

@@ -144,6 +144,11 @@ class NotServing(Exception):
     renewal was late, or the shard is being given up): nothing more is written."""
 
 
+class PoolGone(Exception):
+    """The pool no longer exists (or a pool of the same name and another uid replaced it):
+    its loop ends, and nothing more is written for it."""
+
+
 class InvalidPool(Exception):
     """The pool cannot be served as specified; the message says why."""
 

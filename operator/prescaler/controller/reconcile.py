@@ -48,6 +48,7 @@ from prescaler.controller.model import (
     Gathered,
     InvalidPool,
     NotServing,
+    PoolGone,
     PoolObject,
     fleet_key,
     fleet_label,
@@ -259,7 +260,7 @@ class Reconciler:
     ) -> None:
         """Write a reconcile's status patch (made from ``base``, by default the pool's
         status), retried on conflicts, throttling and server errors by the adapter; a pool
-        deleted meanwhile is not an error.
+        deleted meanwhile raises :class:`PoolGone` (its loop ends).
 
         Each write costs the API server and etcd in proportion to the whole object, and
         comes back as a watch event, so: only what changed is sent, as a JSON patch onto
@@ -286,20 +287,23 @@ class Reconciler:
                     self._kept[pool.uid] = (pool, new)
                 self.metrics.status_writes.labels("kept").inc()
                 return
-            with contextlib.suppress(NotFound):
-                try:
-                    await self._send_ops(pool, pool.resource_version, ops)
-                    self._wrote(pool.uid, now)
-                    return
-                except KubeError as exc:
-                    if exc.status != 422:  # 422: the pool moved on since it was read
-                        raise
-        with contextlib.suppress(NotFound):
+            try:
+                await self._send_ops(pool, pool.resource_version, ops)
+                self._wrote(pool.uid, now)
+                return
+            except NotFound:
+                raise PoolGone(f"pool {pool.namespace}/{pool.name} is gone") from None
+            except KubeError as exc:
+                if exc.status != 422:  # 422: the pool moved on since it was read
+                    raise
+        try:
             await self.kube.patch_status(
                 GROUP, VERSION, PLURAL, pool.namespace, pool.name, merge_patch(stored, new)
             )
-            self.metrics.status_writes.labels("whole").inc()
-            self._wrote(pool.uid, now)
+        except NotFound:
+            raise PoolGone(f"pool {pool.namespace}/{pool.name} is gone") from None
+        self.metrics.status_writes.labels("whole").inc()
+        self._wrote(pool.uid, now)
 
     async def _send_ops(
         self, pool: PoolObject, resource_version: str, ops: list[dict[str, Any]]
@@ -713,6 +717,8 @@ class Reconciler:
             return None
         if not self.serving(pool):
             raise NotServing
+        if decision.changed:
+            await self._still_there(pool)
         ns, target = pool.namespace, target_of(spec)
         try:
             for pod, cost in drain.costs if drain is not None else ():
@@ -756,6 +762,14 @@ class Reconciler:
             return standby
         except NotFound as exc:
             raise InvalidPool("TargetNotFound", str(exc)) from None
+
+    async def _still_there(self, pool: PoolObject) -> None:
+        """Raise :class:`PoolGone` unless the pool (this uid) exists now: a quorum read
+        before a scale, since a pool deleted while the watch was down sends no event, and
+        its loop may tick until a relist ends it."""
+        uid = await self.kube.custom_object_uid(GROUP, VERSION, PLURAL, pool.namespace, pool.name)
+        if uid != pool.uid:
+            raise PoolGone(f"pool {pool.namespace}/{pool.name} ({pool.uid}) is gone")
 
     async def _promote(
         self, pool: PoolObject, spec: InferencePoolSpec, decision: ScalePlan, gathered: Gathered

@@ -54,6 +54,8 @@ STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"
 JSON_PATCH = "application/json-patch+json"
 DELETION_COST_ANNOTATION = "controller.kubernetes.io/pod-deletion-cost"
 """The ReplicaSet controller removes pods with the lowest cost first on a scale-down."""
+LIST_PAGE = 500
+"""Objects per page of a list this client pages through."""
 
 
 def parse_time(text: str | None) -> float | None:
@@ -230,6 +232,12 @@ class KubeApi(Protocol):
         resource_version: str,
         ops: list[dict[str, Any]],
     ) -> None: ...
+    async def custom_object_uid(
+        self, group: str, version: str, plural: str, namespace: str, name: str
+    ) -> str | None: ...
+    async def list_custom_object_uids(
+        self, group: str, version: str, plural: str, namespace: str | None
+    ) -> set[str]: ...
     async def delete_pod(self, namespace: str, name: str) -> None: ...
     async def read_secret(self, namespace: str, name: str) -> dict[str, str]: ...
     async def read_config_map(self, namespace: str, name: str) -> dict[str, str]: ...
@@ -473,6 +481,51 @@ class KubeClient:
             _content_type=JSON_PATCH,
             field_manager=FIELD_MANAGER,
         )
+
+    async def custom_object_uid(
+        self, group: str, version: str, plural: str, namespace: str, name: str
+    ) -> str | None:
+        """The uid of a custom object as the API server has it now (a quorum read), or
+        ``None`` if there is none by that name."""
+        try:
+            obj = await self._call(
+                self.custom.get_namespaced_custom_object, group, version, namespace, plural, name
+            )
+        except NotFound:
+            return None
+        return str((obj.get("metadata") or {}).get("uid") or "") or None
+
+    async def list_custom_object_uids(
+        self, group: str, version: str, plural: str, namespace: str | None
+    ) -> set[str]:
+        """The uids of every custom object of a kind in ``namespace`` (``None``: in every
+        namespace), from a quorum read, a page of :data:`LIST_PAGE` at a time."""
+        uids: set[str] = set()
+        token: str | None = None
+        while True:
+            page: dict[str, Any] = {"limit": LIST_PAGE}
+            if token:
+                page["_continue"] = token
+            if namespace is None:
+                listing = await self._call(
+                    self.custom.list_cluster_custom_object, group, version, plural, **page
+                )
+            else:
+                listing = await self._call(
+                    self.custom.list_namespaced_custom_object,
+                    group,
+                    version,
+                    namespace,
+                    plural,
+                    **page,
+                )
+            for item in listing.get("items") or []:
+                uid = (item.get("metadata") or {}).get("uid")
+                if uid:
+                    uids.add(str(uid))
+            token = (listing.get("metadata") or {}).get("continue")
+            if not token:
+                return uids
 
     async def delete_pod(self, namespace: str, name: str) -> None:
         """Delete one pod gracefully (its own terminationGracePeriodSeconds and preStop)."""
