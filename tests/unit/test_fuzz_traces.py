@@ -15,6 +15,7 @@ import tempfile
 from pathlib import Path
 
 import numpy as np
+import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
@@ -128,3 +129,18 @@ def test_any_trace_file_loads_clean_or_raises_trace_error(
         assert _clean(trace.prompt_tokens)
         assert _clean(trace.output_tokens)
         assert _clean(trace.context_p95)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "TIMESTAMP,ContextTokens,GeneratedTokens\n1969-01-01T00:00:00,0,0\n",
+        "TIMESTAMP,ContextTokens,GeneratedTokens\n-60,1,1\n0,1,1\n",
+    ],
+)
+def test_a_timestamp_before_1970_is_a_trace_error(text: str) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "trace.csv"
+        path.write_text(text, encoding="utf-8")
+        with pytest.raises(TraceError, match="before 1970"):
+            load_trace(path, "azure")

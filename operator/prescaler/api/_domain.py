@@ -247,6 +247,8 @@ def risk_objective(spec: InferencePoolSpec) -> RiskObjective:
         level=o.start_quantile,
         adapt_rate=o.adapt_rate,
         memory=float(o.memory_lookaheads),
+        relative_to_hpa=o.relative_to_hpa,
+        relative_floor=o.relative_floor,
     )
 
 

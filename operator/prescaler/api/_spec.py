@@ -548,13 +548,28 @@ class ObjectiveSpec(WireModel):
     (the next cold start plus margin), predicted from what is known now (the forecast
     mean's peak, or the demand arriving now if larger, plus the pool's typical demand)
     times a margin calibrated on this pool's own lookaheads. The quantile's level adapts
-    online so that the share of demand that waits for capacity tracks
-    ``1 - servedFraction`` (adaptive conformal inference). ``adaptRate: 0`` keeps the
-    level at ``startQuantile``; ``forecast.headroom`` and ``forecast.observedHeadroom``
-    are expert overrides that add margin on top."""
+    online so that the share of demand that waits for capacity tracks a target ``ε``
+    (adaptive conformal inference):
 
-    served_fraction: float = Field(default=0.9999, ge=0.5, le=0.99999)
-    """Share of demand to serve without waiting for capacity."""
+    * by default, **relative to the HPA** it replaces: each lookahead's ``ε`` is
+      ``relativeToHpa`` times the share of its demand that a reactive HPA (the pool's own
+      shadow HPA, ``status.againstHpa``) would have left waiting over the same minutes,
+      and at least ``relativeFloor``;
+    * with ``servedFraction`` set, absolute: ``ε = 1 - servedFraction``. Set, it wins.
+
+    ``adaptRate: 0`` keeps the level at ``startQuantile``; ``forecast.headroom`` and
+    ``forecast.observedHeadroom`` are expert overrides that add margin on top."""
+
+    served_fraction: float | None = Field(default=None, ge=0.5, le=0.99999)
+    """Absolute objective: the share of demand to serve without waiting for capacity.
+    Unset: the relative objective (``relativeToHpa``)."""
+    relative_to_hpa: float = Field(default=0.5, gt=0, le=1)
+    """Relative objective (the default): the share of the demand a reactive HPA would leave
+    waiting on the same traffic that the plan may leave waiting. 0.5: half the HPA's."""
+    relative_floor: float = Field(default=0.001, ge=0, le=0.1)
+    """Relative objective: the target share of demand left waiting is never below this,
+    so a pool on which the HPA would leave nothing waiting is not sized for ever rarer
+    peaks (its quantile level falls, and it gets cheaper)."""
     start_quantile: float = Field(default=0.99, ge=0.5, le=0.999)
     """Expert: the quantile level of the peak a new pool starts at, before its outcomes
     move it."""

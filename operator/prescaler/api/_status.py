@@ -309,6 +309,10 @@ class LookaheadStatus(WireModel):
     """Sum of the demand observed to wait (above ready capacity, or behind a queue)."""
     seen: int = 0
     """Observations in it."""
+    hpa_waited: float = 0.0
+    """Sum of the demand that would have waited for the shadow HPA's ready replicas."""
+    hpa_seen: int = 0
+    """Observations in it with the shadow HPA known."""
 
 
 class RiskStatus(WireModel):
@@ -325,9 +329,16 @@ class RiskStatus(WireModel):
     ``spec.objective`` (``null``: not adapted yet, ``spec.forecast.quantile``)."""
     outcomes: int = 0
     """Lookaheads scored so far."""
+    objective: Literal["relativeToHpa", "servedFraction"] | None = None
+    """The objective in force: relative to the shadow HPA (the default), or the absolute
+    ``servedFraction`` when the spec sets one."""
+    target_waited_fraction: float | None = None
+    """The objective's current ``ε``, the share of demand it lets wait, over recent
+    lookaheads (faded like the calibration): ``relativeToHpa`` times what the shadow HPA
+    left waiting, at least ``relativeFloor``; or ``1 - servedFraction``."""
     waited_fraction: float | None = None
     """Share of demand that waited in recent lookaheads (faded like the calibration):
-    what ``spec.objective.servedFraction`` is held against."""
+    what ``targetWaitedFraction`` is held against."""
     calibration: list[float] = Field(default_factory=list, max_length=100)
     """Faded counts of the scores, ``log((peak + unit) / (base + unit))``, in 100 bins from
     -0.5 to 2.0."""

@@ -88,9 +88,11 @@ from prescaler.backtest._shadow import (
     Hour,
     Observed,
     ShadowFleet,
+    ShadowHpa,
     ShadowSetup,
     ShadowState,
     compare,
+    hpa_ready_capacity,
     shadow_step,
 )
 from prescaler.backtest._simulate import (
@@ -141,6 +143,7 @@ __all__ = [
     "ScheduleOnlyPolicy",
     "Score",
     "ShadowFleet",
+    "ShadowHpa",
     "ShadowSetup",
     "ShadowState",
     "SmoothedOraclePolicy",
@@ -154,6 +157,7 @@ __all__ = [
     "degradation_setup",
     "demand_from_trace",
     "fluid_queue",
+    "hpa_ready_capacity",
     "lead_times",
     "oracle_replicas",
     "peak_factor",

@@ -414,6 +414,16 @@ class Forecaster(Protocol):
     def forecast(self, history: pd.Series, now: float) -> ForecastLike: ...
 
 
+class HpaShadow(Protocol):
+    """A shadow HPA stepped on the same demand (``prescaler.backtest.ShadowHpa``)."""
+
+    def observe(self, now: float, demand: float | None, ready: int, existing: int) -> None: ...
+    @property
+    def ready_capacity(self) -> float | None: ...
+    @property
+    def waiting(self) -> float: ...
+
+
 @dataclass
 class PredictivePolicy:
     """The operator's loop: forecast on the history, then :func:`prescaler.planning.plan`.
@@ -450,6 +460,9 @@ class PredictivePolicy:
     objective: RiskObjective | None = None
     """The peak risk model's objective (``prescaler.api.risk_objective``); ``None``: the
     forecast's upper band, as before the risk model."""
+    hpa: HpaShadow | None = None
+    """A shadow HPA on the observed demand (the relative objective's reference); the
+    operator keeps the same one in ``status.againstHpa``."""
     name: str = "predictive"
     on_plan: Callable[[ScalePlan], None] | None = None
     standby: int = field(default=0, init=False)
@@ -516,8 +529,19 @@ class PredictivePolicy:
             # The operator's order: score the lookaheads that ended, then size.
             risk = self.risk or PeakRisk()
             ready = obs.ready * self.capacity.replica_requests_per_second
+            hpa_ready = hpa_waiting = None
+            if self.hpa is not None:
+                hpa_ready, hpa_waiting = self.hpa.ready_capacity, self.hpa.waiting
+                self.hpa.observe(obs.now, observed, obs.ready, obs.existing)
             self.risk = observe_risk(
-                risk, self.objective, obs.now, observed, ready, state.waiting_requests
+                risk,
+                self.objective,
+                obs.now,
+                observed,
+                ready,
+                state.waiting_requests,
+                hpa_ready,
+                hpa_waiting,
             )
             sizing = risk_sizing(self.risk, self.objective)
         decision = plan(

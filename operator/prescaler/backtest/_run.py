@@ -55,6 +55,7 @@ from prescaler.backtest._policies import (
 )
 from prescaler.backtest._report import BacktestResult, run_backtest
 from prescaler.backtest._roles import DisaggregatedResult
+from prescaler.backtest._shadow import ShadowHpa, ShadowSetup
 from prescaler.backtest._simulate import FleetConfig, Progress
 from prescaler.capacity import CapacityModel, Role
 from prescaler.planning import ScheduledWindow, event_windows
@@ -273,6 +274,19 @@ def predictive_policy(
         scaling_policy(spec),
         scale_down_requires_observation=options.scale_down_requires_observation,
     )
+    objective = risk_objective(spec)
+    hpa = None
+    if objective.relative:
+        # The relative objective's reference: the operator's shadow HPA on the same fleet.
+        hpa = ShadowHpa(
+            ShadowSetup(
+                replica_capacity=capacity.replica_requests_per_second,
+                min_replicas=config.min_replicas,
+                max_replicas=config.max_replicas,
+                cold_start_seconds=cold_start,
+                gpus_per_replica=config.gpus_per_replica,
+            )
+        )
     return PredictivePolicy(
         forecaster=service,
         capacity=capacity,
@@ -280,7 +294,8 @@ def predictive_policy(
         cold_start_seconds=cold_start,
         windows=tuple(windows),
         interval=options.decision_seconds,
-        objective=risk_objective(spec),
+        objective=objective,
+        hpa=hpa,
         # As the operator: it reads spec.forecast.lookbackSeconds of history.
         history_seconds=(
             spec.forecast.lookback_seconds

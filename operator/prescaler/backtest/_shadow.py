@@ -217,6 +217,38 @@ class Observed:
     """Dry run: the standby the plan asks for."""
 
 
+@dataclass
+class ShadowHpa:
+    """A shadow HPA that a replay steps on the demand it observes, as the operator steps
+    ``status.againstHpa``: what the relative objective (``spec.objective.relativeToHpa``)
+    holds each lookahead against. Only the HPA's side is read."""
+
+    setup: ShadowSetup
+    state: ShadowState = field(default_factory=ShadowState)
+
+    def observe(self, now: float, demand: float | None, ready: int, existing: int) -> None:
+        """One more observation (the demand in the setup's unit, the real fleet's)."""
+        self.state = shadow_step(self.state, self.setup, Observed(now, demand, ready, existing))
+
+    @property
+    def ready_capacity(self) -> float | None:
+        """What the HPA's ready replicas serve now (``None`` before the first step)."""
+        return hpa_ready_capacity(self.state, self.setup)
+
+    @property
+    def waiting(self) -> float:
+        """The HPA's queue (the demand's unit)."""
+        return self.state.hpa_queue
+
+
+def hpa_ready_capacity(state: ShadowState, setup: ShadowSetup) -> float | None:
+    """What the shadow HPA's ready replicas serve as of its last sync (``None``: it has
+    not started)."""
+    if state.clock is None:
+        return None
+    return state.hpa.ready * setup.replica_capacity
+
+
 def shadow_step(state: ShadowState, setup: ShadowSetup, seen: Observed) -> ShadowState:
     """The comparison after one more observation: the syncs from ``state.clock`` up to
     ``seen.now`` are run and scored on ``seen``'s demand and fleet."""

@@ -293,7 +293,16 @@ def _chunks(path: Path, columns: tuple[str, ...]) -> Iterator[pd.DataFrame]:
 
 
 def _parse_times(values: pd.Series, path: Path, column: str) -> FloatArray:
-    """Unix seconds from unix-second numbers or datetime strings (naive = UTC)."""
+    """Unix seconds from unix-second numbers or datetime strings (naive = UTC); a time
+    before 1970 is an error."""
+    seconds = _unix_seconds(values, path, column)
+    if (seconds < 0).any():
+        bad = values.astype(str).str.strip()[seconds < 0].iloc[0]
+        raise TraceError(f"{path}: column {column}: a timestamp before 1970: {bad!r}")
+    return seconds
+
+
+def _unix_seconds(values: pd.Series, path: Path, column: str) -> FloatArray:
     text = values.astype(str).str.strip()
     numeric = pd.to_numeric(text, errors="coerce")
     if numeric.notna().all():

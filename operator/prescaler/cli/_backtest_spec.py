@@ -75,7 +75,12 @@ def with_policy_flags(raw: dict[str, Any], args: argparse.Namespace) -> dict[str
     if args.refit_minutes is not None:
         forecast["refitSeconds"] = max(10, round(args.refit_minutes * 60.0))
     objective: dict[str, Any] = {}
-    for flag, wire in (("served_fraction", "servedFraction"), ("adapt_rate", "adaptRate")):
+    for flag, wire in (
+        ("served_fraction", "servedFraction"),
+        ("relative_to_hpa", "relativeToHpa"),
+        ("relative_floor", "relativeFloor"),
+        ("adapt_rate", "adaptRate"),
+    ):
         if getattr(args, flag, None) is not None:
             objective[wire] = getattr(args, flag)
     if objective:

@@ -315,8 +315,20 @@ def register(subparsers: Any) -> None:
     pol.add_argument(
         "--served-fraction",
         type=_share,
-        help="spec.objective.servedFraction: share of demand to serve without waiting for "
-        f"capacity (default {_default('served_fraction', ObjectiveSpec)})",
+        help="spec.objective.servedFraction: the absolute objective, the share of demand to "
+        "serve without waiting for capacity (default: unset, the relative objective)",
+    )
+    pol.add_argument(
+        "--relative-to-hpa",
+        type=_share,
+        help="spec.objective.relativeToHpa: the share of what a reactive HPA would leave "
+        f"waiting that the plan may leave (default {_default('relative_to_hpa', ObjectiveSpec)})",
+    )
+    pol.add_argument(
+        "--relative-floor",
+        type=non_negative_float,
+        help="spec.objective.relativeFloor: the relative objective's least target share of "
+        f"demand left waiting (default {_default('relative_floor', ObjectiveSpec)})",
     )
     pol.add_argument(
         "--adapt-rate",

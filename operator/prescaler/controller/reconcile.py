@@ -71,6 +71,8 @@ from prescaler.controller.status import (
     recent_targets,
     risk_status,
     role_previous,
+    shadow_setup,
+    shadow_state,
     shortfall,
     status_ops,
     status_patch,
@@ -401,11 +403,17 @@ class Reconciler:
             warmup = await prewarm.pool_condition(pool, spec, gathered.workload, previous)
         examined = external.examine(spec, pool.generation, previous, gathered, now)
         previous = examined.previous
-        risk, sizing = None, None
+        risk, sizing, objective = None, None, None
         if spec.forecast is not None:
             objective = risk_objective(spec)
             ready = gathered.workload.ready_replicas
-            risk = learn_risk(previous.risk, objective, now, gathered.snapshot, capacity, ready)
+            shadow = None
+            if objective.relative:
+                setup, _ = shadow_setup(spec, capacity, gathered.cold_start.seconds, gathered.hpa)
+                shadow = (shadow_state(previous.against_hpa), setup)
+            risk = learn_risk(
+                previous.risk, objective, now, gathered.snapshot, capacity, ready, shadow
+            )
             sizing = risk_sizing(risk, objective)
         decision = decide(
             spec, capacity, gathered, windows, previous, now, sizing, self.interval_seconds
@@ -432,7 +440,9 @@ class Reconciler:
             update={
                 "degradation": degradation.degradation_status(assessment, None),
                 "risk": (
-                    risk_status(remember_plan(risk, decision), sizing) if risk is not None else None
+                    risk_status(remember_plan(risk, decision), sizing, objective)
+                    if risk is not None
+                    else None
                 ),
                 "against_hpa": (
                     learn_against_hpa(

@@ -51,6 +51,7 @@ from prescaler.backtest import (
     ShadowSetup,
     ShadowState,
     compare,
+    hpa_ready_capacity,
     shadow_step,
 )
 from prescaler.capacity import ROLES, CapacityModel, Role
@@ -217,6 +218,7 @@ def peak_risk(previous: RiskStatus | None) -> PeakRisk:
         observed_at=previous.observed_at,
         mean_demand=previous.mean_demand,
         peak_demand=previous.peak_demand,
+        target=previous.target_waited_fraction,
     )
 
 
@@ -227,11 +229,14 @@ def learn_risk(
     snapshot: Snapshot | None,
     capacity: CapacityModel,
     ready_replicas: int,
+    shadow: tuple[ShadowState, ShadowSetup] | None = None,
 ) -> PeakRisk:
     """The risk model after this reconcile's observation: what arrives (served plus the
     queue's growth: a full fleet's served rate hides demand), against what the ready
     replicas serve, with the queue ahead (requests, counted in the demand's unit: a
-    role's tokens). Missing data adds nothing."""
+    role's tokens), and against what the shadow HPA's ready replicas serve (``shadow``:
+    the comparison as of the last reconcile, for a relative objective). Missing data adds
+    nothing."""
     risk = peak_risk(previous)
     arriving = arriving_demand(snapshot, capacity)
     if snapshot is None or arriving is None:
@@ -239,7 +244,10 @@ def learn_risk(
     per = capacity.unit.per_request
     waiting = snapshot.waiting * per if snapshot.waiting is not None else None
     ready = ready_replicas * capacity.replica_requests_per_second
-    return observe_risk(risk, objective, now, arriving, ready, waiting)
+    hpa_ready = hpa_waiting = None
+    if shadow is not None:
+        hpa_ready, hpa_waiting = hpa_ready_capacity(*shadow), shadow[0].hpa_queue
+    return observe_risk(risk, objective, now, arriving, ready, waiting, hpa_ready, hpa_waiting)
 
 
 def arriving_demand(snapshot: Snapshot | None, capacity: CapacityModel) -> float | None:
@@ -254,12 +262,19 @@ def arriving_demand(snapshot: Snapshot | None, capacity: CapacityModel) -> float
     return arriving
 
 
-def risk_status(risk: PeakRisk, sizing: RiskSizing | None) -> RiskStatus:
+def risk_status(
+    risk: PeakRisk, sizing: RiskSizing | None, objective: RiskObjective | None = None
+) -> RiskStatus:
     """The risk model as the status keeps it (rounded: it is written every reconcile)."""
+    in_force: Literal["relativeToHpa", "servedFraction"] | None = None
+    if objective is not None:
+        in_force = "relativeToHpa" if objective.relative else "servedFraction"
     return RiskStatus(
         margin=round(sizing.margin, 4) if sizing is not None and sizing.calibrated else None,
         quantile=None if risk.level is None else round(risk.level, 6),
         outcomes=risk.outcomes,
+        objective=in_force,
+        target_waited_fraction=None if risk.target is None else round(risk.target, 6),
         waited_fraction=None if risk.loss is None else round(risk.loss, 6),
         calibration=[round(w, 3) for w in risk.histogram],
         pending=[

@@ -18,12 +18,21 @@ not any single forecast point. The risk model sizes it as ``(base + u) × margin
   history it is as wide as the data is short. Until enough lookaheads have ended, the
   forecast's own upper band stands (and what arrives now);
 * ``θ`` starts at ``objective.startQuantile`` and adapts online so that the share of demand
-  that waits tracks the objective ``ε = 1 − served fraction`` (adaptive conformal
-  inference, Gibbs and Candès 2021, in its risk-control form): when a lookahead ends,
-  ``θ ← θ + γ·(loss − ε)``, where ``loss`` is the share of that lookahead's demand that
-  waited (in [0, 1]: the update is bounded, so one burst cannot swing the fleet). A
-  miss raises the level; lookaheads without one lower it slowly, so over time the
-  realized loss averages ``ε`` whatever the traffic does.
+  that waits tracks the objective ``ε`` (adaptive conformal inference, Gibbs and Candès
+  2021, in its risk-control form): when a lookahead ends, ``θ ← θ + γ·(loss − ε)``, where
+  ``loss`` is the share of that lookahead's demand that waited (in [0, 1]: the update is
+  bounded, so one burst cannot swing the fleet). A miss raises the level; lookaheads
+  without one lower it slowly, so over time the realized loss averages ``ε`` whatever the
+  traffic does;
+* ``ε`` is either absolute, ``1 − served fraction``, or relative to what a reactive HPA
+  would leave waiting on the same traffic (the default): each lookahead also scores a
+  shadow HPA's ready capacity over the same minutes (the operator's ``status.againstHpa``
+  simulation, the backtest's too), and its ``ε`` is ``ρ`` times the share of its demand
+  that waited for the HPA, at least a floor. Where bursts catch the HPA out the level may
+  give as well (its burst costs its size for any causal policy); where the HPA would have
+  kept up, the plan is held to the floor. A quiet pool, on which the HPA leaves nothing
+  waiting, is held to the floor and its level falls, so it does not pay for bursts it
+  never sees.
 
 Everything learned is a value (:class:`PeakRisk`): the operator keeps it in the pool's
 status, so a restarted or failed-over operator plans with the calibration it had, and the
@@ -75,8 +84,9 @@ class RiskObjective:
     """What the risk model aims for and how fast it learns. Built from the spec
     (``prescaler.api.risk_objective``), where the defaults live."""
 
-    served_fraction: float
-    """Share of demand to serve without waiting for capacity."""
+    served_fraction: float | None
+    """Share of demand to serve without waiting for capacity (absolute: ``ε = 1 −`` it);
+    ``None``: relative to the HPA (:attr:`relative_to_hpa`)."""
     level: float
     """The quantile level a pool starts at (``spec.forecast.quantile``)."""
     adapt_rate: float
@@ -88,15 +98,43 @@ class RiskObjective:
     """Lookaheads needed before the calibrated margin replaces the forecast's band."""
     min_level: float = 0.5
     max_level: float = 0.999
+    relative_to_hpa: float | None = None
+    """``ρ``: a lookahead's ``ε`` is this share of what waited for a shadow HPA in it
+    (used when :attr:`served_fraction` is ``None``)."""
+    relative_floor: float = 0.0
+    """The relative ``ε`` is never below this (the HPA left nothing, or little, waiting)."""
 
     def __post_init__(self) -> None:
         sf = self.served_fraction
-        if not (math.isfinite(sf) and 0 < sf < 1):
+        if sf is None:
+            rho = self.relative_to_hpa
+            if rho is None or not (math.isfinite(rho) and 0 < rho <= 1):
+                raise ValueError("without a served fraction, relative to HPA must be in (0, 1]")
+            if not (math.isfinite(self.relative_floor) and 0 <= self.relative_floor < 1):
+                raise ValueError("the relative floor must be in [0, 1)")
+        elif not (math.isfinite(sf) and 0 < sf < 1):
             raise ValueError("served fraction must be in (0, 1)")
         if not self.min_level <= self.level <= self.max_level:
             raise ValueError(f"level must be in [{self.min_level}, {self.max_level}]")
         if not (self.adapt_rate >= 0 and self.memory >= 1 and self.min_outcomes >= 0):
             raise ValueError("adapt rate, memory and min outcomes must be >= 0 (memory >= 1)")
+
+    @property
+    def relative(self) -> bool:
+        """``ε`` follows the shadow HPA (no absolute served fraction)."""
+        return self.served_fraction is None
+
+    def target(self, look: Lookahead) -> float:
+        """``ε`` for one ended lookahead: absolute, or ``ρ`` times the share of its demand
+        that waited for the shadow HPA, at least the floor (the floor alone when no HPA
+        was seen in it)."""
+        if self.served_fraction is not None:
+            return 1.0 - self.served_fraction
+        assert self.relative_to_hpa is not None
+        hpa_share = 0.0
+        if look.hpa_seen > 0 and look.demand > 0:
+            hpa_share = look.hpa_waited / look.demand
+        return min(1.0, max(self.relative_floor, self.relative_to_hpa * hpa_share))
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,6 +155,10 @@ class Lookahead:
     """Sum of the demand observed to wait (:func:`waiting_demand`)."""
     seen: int = 0
     """Observations in it."""
+    hpa_waited: float = 0.0
+    """Sum of the demand that would have waited for the shadow HPA's ready capacity."""
+    hpa_seen: int = 0
+    """Observations in it with the shadow HPA's capacity known."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,6 +183,9 @@ class PeakRisk:
     peak_demand: float | None = None
     """The largest demand observed, fading toward the typical demand like the histogram:
     the margin never sizes for more than :data:`PEAK_CEILING` times it."""
+    target: float | None = None
+    """The objective's ``ε`` of recent lookaheads, faded like :attr:`loss`: what the loss
+    is held against (``None`` before the first)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -239,6 +284,8 @@ def observe_risk(
     demand: float | None,
     ready_capacity: float | None = None,
     waiting: float | None = None,
+    hpa_ready_capacity: float | None = None,
+    hpa_waiting: float | None = None,
 ) -> PeakRisk:
     """Add the demand observed at ``now`` to every open lookahead, and score those that
     have ended: their ratio joins the calibration set and their loss moves the level.
@@ -248,14 +295,18 @@ def observe_risk(
     are still starting, so a margin too small shows up here one cold start later), plus
     the queue ahead (``waiting``); without ``ready_capacity``, demand above the
     lookahead's sized demand. Missing or garbage demand adds nothing (a lookahead with no
-    observation at all is dropped unscored, never counted as a miss or as calm)."""
+    observation at all is dropped unscored, never counted as a miss or as calm).
+
+    ``hpa_ready_capacity`` and ``hpa_waiting`` are a shadow HPA's on the same demand: what
+    would have waited for it is scored too, for a relative objective's ``ε``."""
     valid = demand is not None and math.isfinite(demand) and demand >= 0
     ready_known = ready_capacity is not None and math.isfinite(ready_capacity)
+    hpa_known = hpa_ready_capacity is not None and math.isfinite(hpa_ready_capacity)
     interval = None
     if risk.observed_at is not None and now > risk.observed_at:
         interval = now - risk.observed_at
     histogram = list(risk.histogram) or [0.0] * LOG_BINS
-    level, outcomes, loss = risk.level, risk.outcomes, risk.loss
+    level, outcomes, loss, aim = risk.level, risk.outcomes, risk.loss, risk.target
     fade = 1.0 - 1.0 / objective.memory
     still: list[Lookahead] = []
     learned = False
@@ -278,6 +329,13 @@ def observe_risk(
                 ),
                 seen=look.seen + 1,
             )
+            if hpa_known and hpa_ready_capacity is not None:
+                look = replace(
+                    look,
+                    hpa_waited=look.hpa_waited
+                    + waiting_demand(demand, hpa_ready_capacity, hpa_waiting, interval),
+                    hpa_seen=look.hpa_seen + 1,
+                )
         if now < look.end:
             still.append(look)
             continue
@@ -289,10 +347,11 @@ def observe_risk(
         histogram[_bin(log_ratio)] += 1.0
         share = look.waited / look.demand if look.demand > 0 else 0.0
         loss = share if loss is None else loss * fade + share * (1.0 - fade)
+        target = objective.target(look)
+        aim = target if aim is None else aim * fade + target * (1.0 - fade)
         outcomes += 1
         learned = True
         if objective.adapt_rate > 0:
-            target = 1.0 - objective.served_fraction
             moved = (objective.level if level is None else level) + objective.adapt_rate * (
                 share - target
             )
@@ -306,4 +365,5 @@ def observe_risk(
         observed_at=now if valid else risk.observed_at,
         mean_demand=mean,
         peak_demand=peak,
+        target=aim,
     )
