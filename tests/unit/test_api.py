@@ -168,3 +168,19 @@ def test_status_round_trips_through_the_wire_form() -> None:
     assert status.wire()["plan"]["targetReplicas"] == 3
     assert "unknownField" not in status.wire()
     assert InferencePoolSpec.model_fields["dry_run"].description
+
+
+def test_the_default_objective_is_relative_to_the_hpa_and_a_served_fraction_set_wins() -> None:
+    from prescaler.api import risk_objective
+
+    default = risk_objective(parse_spec(_spec(forecast=FORECAST)))
+    assert default.relative
+    assert default.relative_to_hpa == 0.5
+    assert default.served_fraction is None
+    absolute = risk_objective(
+        parse_spec(_spec(forecast=FORECAST, objective={"servedFraction": 0.999}))
+    )
+    assert not absolute.relative
+    assert absolute.served_fraction == 0.999
+    with pytest.raises(SpecError):
+        parse_spec(_spec(objective={"relativeToHpa": 0}))

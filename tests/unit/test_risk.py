@@ -246,3 +246,78 @@ def test_a_plan_without_the_risk_model_records_no_lookahead() -> None:
     with_risk = plan(inputs(SIZED, observed=20))
     (look,) = remember_plan(PeakRisk(), with_risk).pending
     assert (look.start, look.end, look.sized, look.unit) == (0, 300, 40, 10)
+
+
+def relative(rho: float = 0.5, floor: float = 0.001, **kw: float) -> RiskObjective:
+    base = objective(**kw)
+    return replace(base, served_fraction=None, relative_to_hpa=rho, relative_floor=floor)
+
+
+def hpa_lookahead(
+    risk: PeakRisk,
+    obj: RiskObjective,
+    t: float,
+    demand: float,
+    ready: float,
+    hpa_ready: float | None,
+) -> PeakRisk:
+    """A lookahead [t, t + 10] with ``demand`` observed ten times, against our ready
+    capacity and the shadow HPA's."""
+    risk = record_risk(risk, t, t + 10, demand, demand)
+    for i in range(10):
+        risk = observe_risk(risk, obj, t + 1 + i, demand, ready, None, hpa_ready, None)
+    return observe_risk(risk, obj, t + 11, None)
+
+
+def test_the_relative_objective_targets_a_share_of_what_the_hpa_left_waiting() -> None:
+    obj = relative(rho=0.5, floor=0.001, level=0.9, adapt_rate=0.1)
+    # The HPA's ready capacity leaves 40 % of the demand waiting; ours leaves 10 %: below
+    # half the HPA's, so the level falls, and the target is 0.2.
+    risk = hpa_lookahead(PeakRisk(), obj, 0, 100.0, 90.0, 60.0)
+    assert risk.target == pytest.approx(0.2)
+    assert risk.loss == pytest.approx(0.1)
+    assert risk.level == pytest.approx(0.9 + 0.1 * (0.1 - 0.2))
+    # The same miss where the HPA would have kept up is held to the floor: the level rises.
+    kept_up = hpa_lookahead(PeakRisk(), obj, 0, 100.0, 90.0, 100.0)
+    assert kept_up.level == pytest.approx(0.9 + 0.1 * (0.1 - 0.001))
+    # Absolute: 1 - servedFraction whatever the HPA did.
+    absolute = hpa_lookahead(PeakRisk(), objective(level=0.9, adapt_rate=0.1), 0, 100, 90, 60)
+    assert absolute.target == pytest.approx(0.01)
+    assert absolute.level == pytest.approx(0.9 + 0.1 * (0.1 - 0.01))
+
+
+def test_a_quiet_pool_under_the_relative_objective_gets_cheaper() -> None:
+    """Neither fleet leaves anything waiting: the level falls by the floor each time, so
+    it is not driven to the top by a target of zero."""
+    obj = relative(rho=0.5, floor=0.01, level=0.99, adapt_rate=0.5)
+    risk = PeakRisk()
+    for k in range(20):
+        risk = hpa_lookahead(risk, obj, 20 * k, 100.0, 200.0, 200.0)
+    assert risk.level is not None
+    assert risk.level < 0.99 - 20 * 0.5 * 0.01 + 1e-9
+    assert risk.target == pytest.approx(0.01)
+
+
+def test_without_a_shadow_hpa_the_relative_objective_holds_to_its_floor() -> None:
+    obj = relative(rho=0.5, floor=0.002, level=0.9, adapt_rate=0.1)
+    risk = hpa_lookahead(PeakRisk(), obj, 0, 100.0, 90.0, None)
+    assert risk.target == pytest.approx(0.002)
+
+
+def test_a_relative_objective_needs_a_share_in_range() -> None:
+    with pytest.raises(ValueError, match="relative to HPA"):
+        replace(objective(), served_fraction=None)
+    with pytest.raises(ValueError, match="relative to HPA"):
+        relative(rho=0.0)
+    with pytest.raises(ValueError, match="floor"):
+        relative(floor=1.5)
+
+
+def test_the_status_names_the_objective_in_force_and_keeps_its_target() -> None:
+    obj = relative(rho=0.5, floor=0.001, level=0.9, adapt_rate=0.1)
+    risk = hpa_lookahead(PeakRisk(), obj, 0, 100.0, 90.0, 60.0)
+    status = risk_status(risk, risk_sizing(risk, obj), obj)
+    assert status.objective == "relativeToHpa"
+    assert status.target_waited_fraction == pytest.approx(0.2)
+    assert peak_risk(status).target == pytest.approx(0.2)
+    assert risk_status(risk, None, objective()).objective == "servedFraction"
