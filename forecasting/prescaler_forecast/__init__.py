@@ -12,6 +12,9 @@ Public surface::
     ├── RecentMean              the mean of the last 10 minutes, flat
     ├── SeasonalNaive           same time one period ago (yesterday), scaled by the level
     ├── SeasonalNaiveWeekly     same time one long period ago (last week), likewise
+    ├── SeasonalProfile         median of the same time over the last days (or of the same
+    │                           weekday over the last weeks), scaled by the level; its band
+    │                           is the spread across those days
     └── RecentTrend             robust (Theil–Sen) recent trend, for short histories
     ForecastService         what the operator and the backtest use: auto-selection,
                             refit cadence, nowcast correction, insufficient-history fallback,
@@ -25,7 +28,9 @@ Public surface::
 Seasonal periods: ``seasonality_periods`` (seconds; default :data:`SEASONALITY_PERIODS`,
 one day and one week) on :class:`ForecastService` and :class:`ModelSpec`. ``seasonal_naive``
 uses the shortest, ``seasonal_naive_weekly`` the longest (left out of auto-selection when
-there is only one), Prophet each that its history covers twice.
+there is only one), ``seasonal_profile`` the longest once its history covers three of it
+and the shortest before (it needs two of those), Prophet each that its history covers
+twice.
 
 Selection metric: sMAPE in percent over every (origin, step) pair of a rolling-origin
 backtest whose horizon equals the requested one (:attr:`Forecast.score`).
@@ -68,6 +73,7 @@ from prescaler_forecast._hygiene import (
     mask_collection_gaps,
     series_to_grid,
 )
+from prescaler_forecast._profile import SeasonalProfile
 from prescaler_forecast._prophet import ProphetForecaster
 from prescaler_forecast._selection import Evidence, Selection, SelectionConfig, select_model
 from prescaler_forecast._service import AUTO, SELECTION, ForecastService
@@ -112,6 +118,7 @@ __all__ = [
     "RecentTrend",
     "SeasonalNaive",
     "SeasonalNaiveWeekly",
+    "SeasonalProfile",
     "Selection",
     "SelectionConfig",
     "accuracy",

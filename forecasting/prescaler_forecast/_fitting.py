@@ -35,6 +35,7 @@ from prescaler_forecast._baselines import (
 )
 from prescaler_forecast._calibration import NOWCAST_DECAY_SECONDS, decay_ratio, robust_ratio
 from prescaler_forecast._hygiene import series_to_grid
+from prescaler_forecast._profile import SeasonalProfile
 from prescaler_forecast._prophet import ProphetForecaster
 from prescaler_forecast._types import (
     SEASONALITY_PERIODS,
@@ -67,6 +68,7 @@ MODEL_NAMES: tuple[str, ...] = (
     "recent_trend",
     "seasonal_naive",
     "seasonal_naive_weekly",
+    "seasonal_profile",
     "prophet",
 )
 """Registered models, cheapest first (ties in the selection go to the earlier one)."""
@@ -98,7 +100,9 @@ class ModelSpec:
     """How fast the nowcast correction fades over the horizon (e-folding time)."""
     seasonality_periods: tuple[float, ...] = SEASONALITY_PERIODS
     """The demand's cycles in seconds, shortest first: ``seasonal_naive`` repeats the
-    shortest, ``seasonal_naive_weekly`` the longest, Prophet fits one seasonality each."""
+    shortest, ``seasonal_naive_weekly`` the longest, ``seasonal_profile`` takes the median
+    over the last cycles of the longest (once its history covers three) or else of the
+    shortest, Prophet fits one seasonality each."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "seasonality_periods", check_periods(self.seasonality_periods))
@@ -176,6 +180,11 @@ def make_forecaster(spec: ModelSpec) -> Forecaster:
         "recent_trend": RecentTrend,
         "seasonal_naive": partial(SeasonalNaive, period_seconds=periods[0]),
         "seasonal_naive_weekly": partial(SeasonalNaiveWeekly, period_seconds=periods[-1]),
+        "seasonal_profile": partial(
+            SeasonalProfile,
+            period_seconds=periods[0],
+            long_period_seconds=periods[-1] if len(periods) > 1 else None,
+        ),
     }
     return factories[spec.name]()
 

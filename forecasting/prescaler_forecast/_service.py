@@ -91,8 +91,10 @@ class ForecastService:
         seasonality_periods: the demand's cycles in seconds (default one day and one
             week): ``seasonal_naive`` repeats the shortest, ``seasonal_naive_weekly`` the
             longest (with one period it would repeat ``seasonal_naive``, and auto-selection
-            leaves it out), Prophet fits each its history covers twice. A model becomes
-            eligible once the history covers its period.
+            leaves it out), ``seasonal_profile`` takes the median over the last cycles of
+            the longest or the shortest, Prophet fits each its history covers twice. A
+            model becomes eligible once the history covers its period (the profile: two
+            of the shortest).
     """
 
     def __init__(

@@ -78,8 +78,8 @@ class Forecast:
     """A forecast for the next horizon, as the operator puts it in status."""
 
     model: str
-    """Name of the model that produced the points (``"prophet"``, ``"seasonal_naive"``,
-    ``"seasonal_naive_weekly"``, ``"recent_trend"``, or ``"fallback"``)."""
+    """Name of the model that produced the points (one of :data:`MODEL_NAMES`, such as
+    ``"prophet"``, ``"seasonal_profile"`` or ``"recent_trend"``, or ``"fallback"``)."""
     score: float | None
     """The selection error (sMAPE in percent, see :mod:`prescaler_forecast`) of ``model``
     in the rolling-origin backtest that chose it; ``None`` if not chosen by a backtest."""

@@ -134,6 +134,7 @@ CHEAP_MODELS = [
     "recent_trend",
     "seasonal_naive",
     "seasonal_naive_weekly",
+    "seasonal_profile",
 ]
 
 

@@ -268,9 +268,11 @@ class ForecastSpec(WireModel):
         default_factory=lambda: [DAY, 7 * DAY], min_length=1, max_length=4
     )
     """The demand's cycles, in seconds: a day and a week, or a shift, a batch cycle, a day
-    played faster. The seasonal-naive models repeat the shortest and the longest, Prophet
-    fits a seasonality for each its history covers twice; a seasonal model takes part once
-    the history covers its period."""
+    played faster. The seasonal-naive models repeat the shortest and the longest, the
+    seasonal profile takes the median over the last cycles of the longest (once the history
+    covers three) or of the shortest, Prophet fits a seasonality for each its history covers
+    twice; a seasonal model takes part once the history covers its period (the profile: two
+    of the shortest)."""
     quantile: float = Field(default=0.95, ge=0.5, le=0.999)
     """Upper quantile of the forecast's band (status, standby, and the plan until the
     pool's own lookaheads calibrate its margin)."""
