@@ -12,10 +12,11 @@ value, in-process through the same code ``prescaler backtest`` runs (its ``prepa
 
 * reactive: the HPA target, 0.5 to 0.9 (0.7 is the brief's baseline);
 * persistence: ``k`` x the demand seen now;
-* predictive: its one objective knob, ``spec.objective.servedFraction`` (the share of
-  demand to serve without waiting for capacity), the product's defaults otherwise (the
-  default point is the spec's own). Forecasts do not depend on this knob, so they are
-  computed once per trace and replayed for every value;
+* predictive: its objective knob, ``spec.objective.relativeToHpa`` (the share of what a
+  reactive HPA would leave waiting that the plan may leave), the product's defaults
+  otherwise (the default point is the spec's own); and, as ``predictive (served)``, the
+  absolute alternative ``spec.objective.servedFraction``. Forecasts do not depend on
+  these knobs, so they are computed once per trace and replayed for every value;
 * smoothed-oracle: ``k`` x the future's centred 31-minute mean (the predictable-part bound).
 
 Besides the shared traces it replays two generated minute-level traces
@@ -32,9 +33,15 @@ points and, relative to the HPA at target 0.7:
   HPA's), / the HPA's: how far a curve is from the target, and whether knowing the
   future's mean (the smoothed oracle) would reach it.
 
+and the headline, for the default point: its unserved tokens and GPU-hours ÷ the HPA's;
+the **frontier ratio**, its unserved ÷ the HPA curve's at the same GPU-hours; and the
+**share of the gap closed**, (HPA curve − default) ÷ (HPA curve − smoothed-oracle curve),
+both read at the default's GPU-hours (where the oracle's curve lies below the HPA's).
+
 All are read off the curves by linear interpolation between swept points. The points are
 kept in ``benchmarks/frontier/points.json``; ``--from-points`` rewrites the tables and
-plots from it without replaying.
+plots from it without replaying. ``--first-halves`` replays the parts the defaults were
+chosen on instead (the first half of each trace; nothing is written).
 """
 
 from __future__ import annotations
@@ -74,12 +81,27 @@ RUNS: dict[str, list[str]] = {
         "--history-days", "35",
     ],
 }  # fmt: skip
+FIRST_HALVES: dict[str, list[str]] = {
+    "servegen (days 4-7 of 14, first half)": [
+        "--trace", f"{SG}_aggregate_rate_10min.csv", "--format", "servegen",
+        "--token-mix", f"{SG}_input_tokens_pdf.csv.gz", "--max-minutes", str(7 * 1440),
+        "--replay-days", "3.5",
+    ],
+    "nab taxi (days 80-107 of 215, first half)": [
+        "--trace", str(TRACES / "nab_nyc_taxi" / "nyc_taxi.csv"), "--format", "nab",
+        "--prompt-tokens", "1000", "--output-tokens", "200", "--max-minutes", str(107 * 1440),
+        "--replay-days", "28", "--history-days", "35",
+    ],
+}  # fmt: skip
+"""The parts the defaults were chosen on: each trace's first half (its last days
+replayed after its first)."""
 COLD_STARTS = (240, 600)
 
 HPA_TARGETS = (0.5, 0.6, 0.7, 0.8, 0.9)
 PERSISTENCE_K = (1.1, 1.2, 1.3, 1.4, 1.6, 1.8)
 SMOOTHED_K = (1.0, 1.1, 1.2, 1.3, 1.4, 1.6)
 SERVED = (0.99, 0.999, 0.9995, 0.9999, 0.99995)
+RELATIVE = (0.2, 0.35, 0.5, 0.7, 1.0)
 TARGET_GPU = 0.95
 """The target's GPU-hours, as a share of the HPA's (its unserved target is 0.7 x the HPA's)."""
 
@@ -158,13 +180,18 @@ def sweep(name: str, trace_args: list[str], cold: int) -> list[Point]:
     for k in SMOOTHED_K:
         r = replay(one("smoothed-oracle", ["--smoothed-oracle-k", str(k)]))
         points.append(Point("smoothed-oracle", "k", k, k == 1.0, *r))
-    default_served = ObjectiveSpec.model_fields["served_fraction"].default
+    default_relative = ObjectiveSpec.model_fields["relative_to_hpa"].default
     store: dict[int, Any] = {}
-    for f in sorted({*SERVED, default_served}):
+    for f in sorted({*RELATIVE, default_relative}):
+        policy = one("predictive", ["--relative-to-hpa", str(f)])
+        policy = replace(policy, forecaster=CachedForecaster(policy.forecaster, store))
+        r = replay(policy)
+        points.append(Point("predictive", "relative", f, f == default_relative, *r))
+    for f in SERVED:
         policy = one("predictive", ["--served-fraction", str(f)])
         policy = replace(policy, forecaster=CachedForecaster(policy.forecaster, store))
         r = replay(policy)
-        points.append(Point("predictive", "served", f, f == default_served, *r))
+        points.append(Point("predictive (served)", "served", f, False, *r))
     print(f"{name} {cold}s: {time.perf_counter() - started:.0f} s", file=sys.stderr)
     return points
 
@@ -196,6 +223,50 @@ def headline(points: list[Point]) -> tuple[float | None, float | None]:
     return a, b
 
 
+def curve_at(points: list[Point], policy: str, gpu_hours: float) -> float | None:
+    """``policy``'s unserved fraction at ``gpu_hours`` on its swept curve (``None``
+    outside the swept range)."""
+    own = sorted((p for p in points if p.policy == policy), key=lambda p: p.gpu_hours)
+    return _interp(
+        np.array([p.gpu_hours for p in own]), np.array([p.unserved for p in own]), gpu_hours
+    )
+
+
+@dataclass(frozen=True)
+class Headline:
+    """The default point against the HPA's curve (each ``None`` where it cannot be read)."""
+
+    unserved: float | None
+    """Its unserved tokens ÷ the HPA's (target 0.7)."""
+    gpu_hours: float
+    """Its GPU-hours ÷ the HPA's."""
+    frontier_ratio: float | None
+    """Its unserved ÷ the HPA curve's at its GPU-hours."""
+    gap_closed: float | None
+    """(HPA curve − it) ÷ (HPA curve − smoothed-oracle curve), at its GPU-hours."""
+    dearer_than_half: bool
+    """Dearer than the HPA at target 0.5 (the curve's dearest point)."""
+
+
+def default_headline(points: list[Point]) -> Headline:
+    hpa = next(p for p in points if p.policy == "reactive" and p.default)
+    d = next(p for p in points if p.policy == "predictive" and p.default)
+    half = next(p for p in points if p.policy == "reactive" and p.value == min(HPA_TARGETS))
+    on_hpa = curve_at(points, "reactive", d.gpu_hours)
+    on_oracle = curve_at(points, "smoothed-oracle", d.gpu_hours)
+    ratio = d.unserved / on_hpa if on_hpa else None
+    closed = None
+    if on_hpa is not None and on_oracle is not None and on_oracle < on_hpa:
+        closed = (on_hpa - d.unserved) / (on_hpa - on_oracle)
+    return Headline(
+        unserved=d.unserved / hpa.unserved if hpa.unserved > 0 else None,
+        gpu_hours=d.gpu_hours / hpa.gpu_hours,
+        frontier_ratio=ratio,
+        gap_closed=closed,
+        dearer_than_half=d.gpu_hours > half.gpu_hours,
+    )
+
+
 def at_gpu(points: list[Point], policy: str, share: float = TARGET_GPU) -> float | None:
     """``policy``'s unserved fraction at ``share`` x the HPA's GPU-hours, / the HPA's
     unserved fraction (``None`` outside the swept range or when the HPA left none). When
@@ -224,6 +295,7 @@ def plot(name: str, cold: int, points: list[Point], path: Path) -> None:
         "reactive": ("tab:red", "o"),
         "persistence": ("tab:gray", "s"),
         "predictive": ("tab:blue", "D"),
+        "predictive (served)": ("tab:cyan", "d"),
         "smoothed-oracle": ("tab:green", "^"),
     }
     for policy, (color, marker) in styles.items():
@@ -267,6 +339,39 @@ def _fmt(x: float | None) -> str:
     return "out of the swept range" if x is None else f"{x:.2f}"
 
 
+def headline_section(results: list[tuple[str, int, list[Point], Path]]) -> str:
+    """The default point per trace and cold start, and over the traces per cold start."""
+    lines = [
+        "| trace | cold start | unserved ÷ HPA | GPU-h ÷ HPA | frontier ratio | "
+        "share of the gap closed |",
+        "|---|---|---:|---:|---:|---:|",
+    ]
+    for name, cold, points, _ in results:
+        h = default_headline(points)
+        gap = "oracle's curve not below" if h.gap_closed is None else f"{h.gap_closed:.2f}"
+        note = " (dearer than the HPA at 0.5)" if h.dearer_than_half else ""
+        lines.append(
+            f"| {name} | {cold} s | {_fmt(h.unserved)} | {h.gpu_hours:.3f}{note} "
+            f"| {_fmt(h.frontier_ratio)} | {gap} |"
+        )
+    for cold in sorted({c for _, c, _, _ in results}):
+        mine = [pts for _, c, pts, _ in results if c == cold]
+        ratios = [default_headline(pts).unserved for pts in mine]
+        known = [r for r in ratios if r is not None]
+        hpa_gpu = sum(
+            next(p for p in pts if p.policy == "reactive" and p.default).gpu_hours for pts in mine
+        )
+        own_gpu = sum(
+            next(p for p in pts if p.policy == "predictive" and p.default).gpu_hours for pts in mine
+        )
+        mean = f"{sum(known) / len(known):.2f}" if known else "n/a"
+        lines.append(
+            f"| **all traces** (mean of the unserved ratios, GPU-hours summed) | {cold} s "
+            f"| {mean} | {own_gpu / hpa_gpu:.3f} | | |"
+        )
+    return "\n".join(lines) + "\n"
+
+
 def section(results: list[tuple[str, int, list[Point], Path]]) -> str:
     lines = [
         "| trace | cold start | (a) GPU-h to match the HPA's unserved ÷ HPA | "
@@ -283,7 +388,7 @@ def section(results: list[tuple[str, int, list[Point], Path]]) -> str:
             f"| {name} | {cold} s | {_fmt(a)} | {_fmt(b)} | {ratio:.2f} "
             f"| {d.gpu_hours / hpa.gpu_hours:.3f} |"
         )
-    out = ["\n".join(lines), ""]
+    out = [headline_section(results), "\n".join(lines), ""]
     out.append(
         f"Unserved tokens ÷ the HPA's at {TARGET_GPU:g} × the HPA's GPU-hours (the target is "
         "0.7 × or less), per policy:"
@@ -300,7 +405,7 @@ def section(results: list[tuple[str, int, list[Point], Path]]) -> str:
     out.append("")
     for name, cold, points, path in results:
         oracle = next(p for p in points if p.policy == "oracle").gpu_hours
-        link = path.relative_to(README.parent)
+        link = path.relative_to(README.parent) if path.is_relative_to(README.parent) else path
         out.append(f"**{name}, cold start {cold} s** ([plot]({link}))")
         out.append("")
         out.append("| policy | knob | unserved token frac | GPU-h / oracle | shortfall min |")
@@ -321,15 +426,18 @@ def write_readme(text: str) -> None:
     replace_section(BEGIN, END, text, "Frontier", README)
 
 
-def synthetic_runs(out: Path) -> dict[str, list[str]]:
-    """The generated minute-level traces (``benchmarks/synthetic_traces.py``) as runs."""
+def synthetic_runs(out: Path, first_halves: bool = False) -> dict[str, list[str]]:
+    """The generated minute-level traces (``benchmarks/synthetic_traces.py``) as runs: the
+    last 7 of their 14 days, or (``first_halves``) days 4-7."""
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     from synthetic_traces import write
 
+    part = ["--max-minutes", str(7 * 1440), "--replay-days", "3.5"]
+    label = "days 4-7 of 14, first half" if first_halves else "last 7 of 14 d"
     return {
-        f"{name} (synthetic, last 7 of 14 d)": [
+        f"{name} (synthetic, {label})": [
             "--trace", str(path), "--format", "rate", "--prompt-tokens", "1000",
-            "--output-tokens", "200", "--replay-days", "7",
+            "--output-tokens", "200", *(part if first_halves else ["--replay-days", "7"]),
         ]
         for name, path in write(out).items()
     }  # fmt: skip
@@ -343,14 +451,23 @@ def main() -> int:
     parser.add_argument(
         "--from-points", action="store_true", help=f"no replay: tables and plots from {POINTS}"
     )
+    parser.add_argument(
+        "--first-halves",
+        action="store_true",
+        help="replay the parts the defaults were chosen on (prints only)",
+    )
     args = parser.parse_args()
-    whole = args.only is None and args.cold is None
+    whole = args.only is None and args.cold is None and not args.first_halves
     swept: list[tuple[str, int, list[Point]]] = []
     if args.from_points:
         for run in json.loads(POINTS.read_text()):
             swept.append((run["trace"], run["cold"], [Point(**p) for p in run["points"]]))
     else:
-        runs = {**RUNS, **synthetic_runs(Path(tempfile.mkdtemp(prefix="prescaler-traces-")))}
+        traces = Path(tempfile.mkdtemp(prefix="prescaler-traces-"))
+        runs = {
+            **(FIRST_HALVES if args.first_halves else RUNS),
+            **synthetic_runs(traces, first_halves=args.first_halves),
+        }
         for name, trace_args in runs.items():
             if args.only is not None and args.only not in name:
                 continue
@@ -363,7 +480,8 @@ def main() -> int:
             POINTS.write_text(json.dumps(runs_json, indent=1) + "\n")
     results = []
     for name, cold, points in swept:
-        path = PLOTS / (name.split(" ")[0] + f"-{cold}.png")
+        where = Path(tempfile.mkdtemp(prefix="prescaler-plots-")) if args.first_halves else PLOTS
+        path = where / (name.split(" ")[0] + f"-{cold}.png")
         plot(name, cold, points, path)
         results.append((name, cold, points, path))
     text = section(results)
