@@ -31,6 +31,8 @@ from collections import deque
 
 import numpy as np
 
+from prescaler.capacity import covers
+
 
 def cold_start_steps(cold_start_seconds: float, step_seconds: float) -> int:
     """Steps from request to ready (a partial step rounds up: never earlier than the truth)."""
@@ -42,28 +44,28 @@ def cold_start_steps(cold_start_seconds: float, step_seconds: float) -> int:
 def short_of(
     ready: np.ndarray, tokens_per_s: np.ndarray, replica_tokens_per_second: float
 ) -> np.ndarray:
-    """Where ``ready`` replicas serve less than the demand: ``ready × capacity < demand``.
+    """Where ``ready`` replicas serve less than the demand: ``ready × capacity < demand``
+    beyond float noise (:func:`prescaler.capacity.covers`), element-wise.
 
     The one definition of a shortfall. The score counts it and :func:`replicas_needed`
     sizes against it, so a bound built on the latter is never short by the former.
     """
-    ready_f = np.asarray(ready, dtype=float)
-    return np.asarray(ready_f * replica_tokens_per_second < np.asarray(tokens_per_s, dtype=float))
+    needed = np.asarray(tokens_per_s, dtype=float) / replica_tokens_per_second
+    return ~covers(ready, needed)
 
 
 def replicas_needed(tokens_per_s: np.ndarray, replica_tokens_per_second: float) -> np.ndarray:
-    """The fewest replicas that are not :func:`short_of` the demand, element-wise.
+    """The fewest replicas that are not :func:`short_of` the demand, element-wise: what
+    :func:`prescaler.capacity.replicas_for` gives for each.
 
-    Exact against the shortfall test, not a tolerant ``ceil``: demand carries float noise
-    from resampling and scaling (400000.000012 tokens/s at 20000 per replica), and
-    ``ceil(x - 1e-9)`` would round that down to a count the score then counts as short.
+    Demand carries float noise from measuring, resampling and scaling (400000.000012
+    tokens/s at 20000 per replica): a demand within the tolerance above a whole number of
+    replicas needs that number, and the score does not count it short.
     """
-    tokens = np.maximum(np.asarray(tokens_per_s, dtype=float), 0.0)
-    need = np.ceil(tokens / replica_tokens_per_second)
-    # The division may round either way: settle the last replica on the comparison itself.
+    needed = np.maximum(np.asarray(tokens_per_s, dtype=float), 0.0) / replica_tokens_per_second
+    need = np.ceil(needed)
     fewer = np.maximum(need - 1.0, 0.0)
-    need = np.where((need > 0) & ~short_of(fewer, tokens, replica_tokens_per_second), fewer, need)
-    need = np.where(short_of(need, tokens, replica_tokens_per_second), need + 1.0, need)
+    need = np.where((need > 0) & covers(fewer, needed), fewer, need)
     return np.asarray(need, dtype=np.int64)
 
 

@@ -26,7 +26,7 @@ import numpy as np
 import pandas as pd
 
 from prescaler.backtest._fleet import replicas_needed
-from prescaler.capacity import CapacityModel
+from prescaler.capacity import CapacityModel, replicas_for
 from prescaler.planning import (
     Driver,
     FleetState,
@@ -88,11 +88,6 @@ class Policy(Protocol):
 
 
 # --------------------------------------------------------------------------- reactive
-
-
-def _ceil(x: float) -> int:
-    """``ceil`` that does not turn float noise (2.0000000000000004) into one more pod."""
-    return math.ceil(x - 1e-9)
 
 
 @dataclass
@@ -166,7 +161,7 @@ class ReactivePolicy:
         if not scale_up_with_unready and missing == 0:
             if self.within_tolerance(usage_ratio):
                 return current
-            return _ceil(usage_ratio * ready)
+            return replicas_for(usage_ratio * ready)
         # Missing pods: at the target on a scale-down, 0 on a scale-up, left out at exactly
         # 1.0. Unready pods: 0 on a scale-up, else left out.
         total, pods = usage_ratio * ready, ready
@@ -183,7 +178,7 @@ class ReactivePolicy:
             or (usage_ratio > 1.0 > new_ratio)
         ):
             return current
-        desired = _ceil(new_ratio * pods)
+        desired = replicas_for(new_ratio * pods)
         if (new_ratio < 1.0 and desired > current) or (new_ratio > 1.0 and desired < current):
             return current
         return desired
@@ -247,9 +242,9 @@ def oracle_replicas(
     """Replicas that must exist at each step for zero shortfall at minimum GPU time.
 
     ``need[i]`` is the fewest replicas whose capacity covers ``demand[i]``, by the very
-    comparison the score counts shortfall with (:func:`replicas_needed`; no tolerance, which
-    would round demand a hair above a whole replica down). A replica ready at step ``s`` was
-    started at ``s - lag`` and has existed since, so ``exist[i] >= max(need[i..i+lag])``;
+    comparison the score counts shortfall with (:func:`replicas_needed`: float noise a hair
+    above a whole replica buys none, and is not counted short). A replica ready at step
+    ``s`` was started at ``s - lag`` and has existed since, so ``exist[i] >= max(need[i..i+lag])``;
     starting each replica exactly ``lag`` steps before it is needed and removing it as soon
     as no later need within ``lag`` steps holds it meets that bound with equality.
     """
@@ -401,7 +396,7 @@ class PersistencePolicy:
         return self.interval
 
     def decide(self, obs: Observation) -> int:
-        want = _ceil(self.k * obs.metric_tokens_per_s / self.replica_tokens_per_second)
+        want = replicas_for(self.k * obs.metric_tokens_per_s, self.replica_tokens_per_second)
         return min(max(want, self.min_replicas), self.max_replicas)
 
 

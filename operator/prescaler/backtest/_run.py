@@ -194,13 +194,9 @@ def peak_factor(peak: float, replicas: int, replica_tps: float) -> float:
     """The demand scale that makes the peak need exactly ``replicas`` replicas.
 
     ``replicas × capacity / peak`` can land the peak a float ulp above ``replicas``
-    replicas' capacity, which the shortfall test (and so the oracle) takes for one more
-    replica: step the factor down by ulps until it does not.
+    replicas' capacity: noise the shortfall test (and so the oracle) takes for none.
     """
-    factor = replicas * replica_tps / peak
-    while int(replicas_needed(np.array([peak * factor]), replica_tps)[0]) > replicas:
-        factor = float(np.nextafter(factor, 0.0))
-    return factor
+    return replicas * replica_tps / peak
 
 
 # --------------------------------------------------------------------------- the policies

@@ -43,6 +43,7 @@ import pandas as pd
 from prescaler.backtest._fleet import short_of
 from prescaler.backtest._policies import Observation, ReactivePolicy
 from prescaler.backtest._simulate import fluid_queue
+from prescaler.capacity import replicas_for
 
 SYNC_SECONDS = ReactivePolicy.sync_seconds
 """The HPA's sync period: the shadow's step."""
@@ -193,7 +194,7 @@ class ShadowSetup:
         backtest's warm start), else at the real fleet's ready replicas."""
         want = ready
         if demand is not None:
-            want = math.ceil(demand / (self.target * self.replica_capacity) - 1e-9)
+            want = replicas_for(demand, self.target * self.replica_capacity)
         return min(max(want, self.min_replicas), self.max_replicas)
 
 

@@ -18,8 +18,9 @@ Fleet model:
 Scores (per policy):
 
 * ``shortfall_minutes`` - minutes in which ready capacity was below demand at any step,
-  i.e. ``min ready in the minute × replica capacity < the minute's demand``; the timeline's
-  ``_ready`` column is that minimum, so the count can be recomputed from the CSV.
+  i.e. ``min ready in the minute × replica capacity < the minute's demand`` beyond float
+  noise (:func:`prescaler.capacity.covers`); the timeline's ``_ready`` column is that
+  minimum, so the count can be recomputed from the CSV.
 * ``unserved_token_fraction`` - share of demand tokens not served in the step they arrived
   (they joined the queue).
 * ``gpu_hours`` - replicas that exist (starting or ready) × GPUs per replica × time, plus
@@ -48,6 +49,7 @@ import pandas as pd
 from prescaler.backtest._demand import MINUTE, Demand
 from prescaler.backtest._fleet import Fleet, cold_start_steps, short_of
 from prescaler.backtest._policies import Observation, Policy
+from prescaler.capacity import replicas_for
 from prescaler.planning import ForecastLike
 
 FloatArray = np.ndarray
@@ -114,7 +116,7 @@ class FleetConfig:
             want = self.initial_replicas
         else:
             first = float(demand.tokens_per_s[demand.replay_from])
-            want = math.ceil(first / (0.7 * self.replica_tokens_per_second))
+            want = replicas_for(first, 0.7 * self.replica_tokens_per_second)
         return min(max(want, self.min_replicas), self.max_replicas)
 
 

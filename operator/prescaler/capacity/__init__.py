@@ -6,6 +6,7 @@ from prescaler.capacity._architecture import (
     ModelArchitecture,
     get_preset,
 )
+from prescaler.capacity._counts import TOLERANCE, covers, replicas_for
 from prescaler.capacity._model import (
     GIB,
     REQUESTS,
@@ -26,6 +27,7 @@ __all__ = [
     "PRESETS",
     "REQUESTS",
     "ROLES",
+    "TOLERANCE",
     "CapacityModel",
     "Constraint",
     "DemandUnit",
@@ -36,7 +38,9 @@ __all__ = [
     "Role",
     "TokenProfile",
     "WindowSizing",
+    "covers",
     "get_preset",
+    "replicas_for",
     "role_capacity",
     "role_unit",
     "size_window",

@@ -30,6 +30,7 @@ from dataclasses import dataclass, replace
 from typing import Literal
 
 from prescaler.capacity._architecture import ModelArchitecture
+from prescaler.capacity._counts import replicas_for
 
 GIB = 1024**3
 Constraint = Literal["memory", "compute", "schedule", "floor"]
@@ -37,8 +38,6 @@ Constraint = Literal["memory", "compute", "schedule", "floor"]
 MAX_ADVISED_GPUS = 1024
 """More GPUs per replica than this is not advice: the model does not fit these GPUs."""
 
-# A requirement is rounded up, but float noise must not turn 3.0000000001 into 4.
-_ROUNDING_SLACK = 1e-9
 # Replica counts are int32 in Kubernetes: a requirement beyond that saturates.
 MAX_REPLICAS = 2**31 - 1
 
@@ -149,7 +148,7 @@ class ReplicaSpec:
         per_gpu = self.gpu_memory_gib * GIB * self.memory_utilization
         per_gpu -= self.overhead_gib_per_gpu * GIB
         min_gpus = (
-            math.ceil((self.model.weight_bytes + one_request) / per_gpu) if per_gpu > 0 else None
+            replicas_for(self.model.weight_bytes + one_request, per_gpu) if per_gpu > 0 else None
         )
         # The estimate is in floats; the check is in whole bytes: step up until it holds.
         while min_gpus is not None and min_gpus <= MAX_ADVISED_GPUS:
@@ -207,7 +206,8 @@ class TokenProfile:
     def planning_context_tokens(self) -> int:
         if self.context_tokens is not None:
             return self.context_tokens
-        return math.ceil(self.tokens_per_request)
+        # Whole tokens, rounded up as replicas are: a measured 1000.0000000000001 is 1000.
+        return max(1, replicas_for(self.tokens_per_request))
 
 
 @dataclass(frozen=True, slots=True)
@@ -326,7 +326,7 @@ class CapacityModel:
         elif exact >= MAX_REPLICAS:
             replicas = MAX_REPLICAS  # an absurd demand or throughput: saturate, don't overflow
         else:
-            replicas = math.ceil(exact - _ROUNDING_SLACK)
+            replicas = replicas_for(exact)  # float noise must not turn 3.0000000001 into 4
         return Requirement(replicas, exact, constraint, memory, compute)
 
     def _throughput(self) -> float:

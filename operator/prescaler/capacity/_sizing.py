@@ -10,9 +10,9 @@ tokens/s for the window.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
+from prescaler.capacity._counts import replicas_for
 from prescaler.capacity._model import CapacityModel
 
 
@@ -59,11 +59,11 @@ def size_window(
     replicas_min = replicas_max = memory_replicas = None
     if capacity is not None:
         per_replica = capacity.compute_requests_per_second * capacity.tokens.tokens_per_request
-        replicas_min = math.ceil(fleet_min / per_replica)
-        replicas_max = math.ceil(fleet_max / per_replica)
+        replicas_min = replicas_for(fleet_min, per_replica)
+        replicas_max = replicas_for(fleet_max, per_replica)
         concurrency = capacity.max_concurrent_requests_per_replica
         if concurrency:
-            memory_replicas = math.ceil(concurrent_users * headroom / concurrency)
+            memory_replicas = replicas_for(concurrent_users * headroom, concurrency)
     return WindowSizing(
         total_tokens=total,
         generation_seconds=total / fleet_tokens_per_second,

@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Literal
 
-from prescaler.capacity import CapacityModel
+from prescaler.capacity import CapacityModel, covers
 from prescaler.planning._planner import ForecastLike
 
 Level = Literal["normal", "warning", "critical"]
@@ -204,7 +204,8 @@ def forecast_shortfall(
         starts = max(now, p.t - step)
         ready = serving_replicas + sum(1 for a in arrivals if a <= starts)
         demand = p.upper * per_request
-        short = max(0.0, demand - ready * per_replica)
+        # Float noise at a whole number of replicas is no shortfall.
+        short = 0.0 if covers(ready, demand / per_replica) else demand - ready * per_replica
         fraction = short / demand if demand > 0 else 0.0
         if worst is None or short > worst.tokens_per_second:
             worst = Shortfall(short, fraction, p.t)
