@@ -6,7 +6,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell sha1sum pyproject.toml | cut -c1-12)
-PACKAGES := operator/prescaler forecasting/prescaler_forecast tests/cluster hack/demo/prescaler_demo
+PACKAGES := operator/prescaler forecasting/prescaler_forecast tests/cluster tests/integration hack/demo/prescaler_demo
 # The suite mostly waits (cold starts, timers, condition polls): workers run its tests side by
 # side, each with its own local cluster, the longest first (tests/conftest.py).
 PYTEST_WORKERS ?= 4

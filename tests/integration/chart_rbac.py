@@ -121,7 +121,7 @@ class ChartIdentity:
 
 def _apply(api: Any, obj: dict[str, Any], namespace: str) -> None:
     try:
-        utils.create_from_dict(api, obj, namespace=namespace)
+        utils.create_from_dict(api, obj, namespace=namespace)  # type: ignore[no-untyped-call]
     except utils.FailToCreateError as exc:
         if not all(e.status == 409 for e in exc.api_exceptions):
             raise

@@ -249,6 +249,12 @@ class Kube:
                 return dict(cond)
         return None
 
+    def condition_is(self, name: str, kind: str, status: str) -> dict[str, Any] | None:
+        """Pool ``name``'s condition ``kind`` while its status is ``status``, else None: a
+        check for :func:`wait_for` that returns the condition it waited for."""
+        cond = self.condition(name, kind)
+        return cond if cond is not None and cond["status"] == status else None
+
     def deployment_and_pool(self, min_replicas: int, **extra: Any) -> None:
         """Deployment ``llm`` (1 GPU replica) and pool ``chat`` scaling it within
         ``[min_replicas, 6]``, 30 s fixed cold start, planned on schedules and bounds."""

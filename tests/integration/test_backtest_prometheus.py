@@ -25,7 +25,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from cluster.faultproxy import FaultProxy
+from cluster.faultproxy import FaultProxy, Mode
 from cluster.prometheus import Prometheus, VllmProfile, vllm_samples
 from integration.operator_fixtures import crd_fixture  # noqa: F401 (fixtures)
 from prescaler.cli import main
@@ -230,14 +230,14 @@ def test_a_prometheus_answering_garbage_is_a_clear_error(
     span: tuple[float, float],
     tmp_path: Path,
     capsys: pytest.CaptureFixture[str],
-    mode: str,
+    mode: Mode,
     message: str,
 ) -> None:
     _start, end = span
     backfill(prometheus, end - 3 * 3600, minute_rates(180))
     pool = pool_file(tmp_path / "pool.yaml", prometheus.url)
     with FaultProxy(prometheus.url) as proxy:
-        proxy.set(mode)  # type: ignore[arg-type]
+        proxy.set(mode)
         code = main(
             ["backtest", "--prometheus", proxy.url, "--pool-file", str(pool), "--days", "0.1",
              "--end", iso(end), *COMMON]

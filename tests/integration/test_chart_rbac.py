@@ -12,6 +12,7 @@ comment on every rule, the shape of both modes) need only ``helm``.
 
 from __future__ import annotations
 
+import functools
 import time
 from pathlib import Path
 from typing import Any
@@ -274,7 +275,7 @@ def _walk_every_path(k: Kube) -> None:
         },
     )
     for name in ("web-hot", "web-placeholder"):
-        wait_for(lambda n=name: _gone(k.deployment, n), 60, f"{name} deleted")
+        wait_for(functools.partial(_gone, k.deployment, name), 60, f"{name} deleted")
     wait_for(
         lambda: _gone(k.apps.read_namespaced_daemon_set, "web-prepull", ns), 60, "pre-pull deleted"
     )

@@ -54,7 +54,9 @@ def _times(start: float, end: float) -> list[float]:
     return [start + SCRAPE * i for i in range(int((end - start) // SCRAPE))]
 
 
-def _phase(times: Sequence[float], spans: Sequence[tuple[float, float]], on: float, off: float):  # type: ignore[no-untyped-def]
+def _phase(
+    times: Sequence[float], spans: Sequence[tuple[float, float]], on: float, off: float
+) -> list[float]:
     return [on if any(a <= t < b for a, b in spans) else off for t in times]
 
 

@@ -6,6 +6,7 @@ only timing assertions are orderings on the schedule's own timeline.
 
 from __future__ import annotations
 
+import functools
 import re
 import time
 from collections.abc import Callable
@@ -344,6 +345,7 @@ def test_api_server_rejects_invalid_specs(
     with pytest.raises(ApiException) as info:
         k.create_pool(name or "bad", {**base, **change})
     assert info.value.status == 422, change
+    assert info.value.body is not None, change
     assert fragment in info.value.body, (change, info.value.body)
 
 
@@ -396,6 +398,7 @@ def test_api_server_rejects_invalid_disaggregated_specs(
     with pytest.raises(ApiException) as info:
         k.create_pool("bad", spec)
     assert info.value.status == 422, spec
+    assert info.value.body is not None, spec
     assert fragment in info.value.body, (spec, info.value.body)
 
 
@@ -474,13 +477,13 @@ def test_semantically_invalid_pools_are_flagged_while_others_are_served(
     }
     for name, (reason, fragment) in expected.items():
         cond = wait_for(
-            lambda n=name: (c := k.condition(n, "Invalid")) and c["status"] == "True" and c,
+            functools.partial(k.condition_is, name, "Invalid", "True"),
             30,
             f"{name} to be Invalid",
         )
         assert cond["reason"] == reason
         assert fragment in cond["message"]
-        events = wait_for(lambda n=name: k.events(n), 10, f"a Warning event on {name}")
+        events = wait_for(functools.partial(k.events, name), 10, f"a Warning event on {name}")
         assert [(e.type, e.reason) for e in events][:1] == [("Warning", reason)]
         assert "desiredReplicas" not in k.status(name)
     wait_for(lambda: k.deployment("llm").spec.replicas == 2, 30, "the good pool to scale")

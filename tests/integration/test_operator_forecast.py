@@ -93,7 +93,9 @@ def test_scales_up_ahead_of_the_forecast_ramp(
     healthy = k.condition("chat", "ForecastHealthy")
     assert healthy is not None
     assert healthy["status"] == "True"
-    assert k.condition("chat", "MetricsAvailable")["status"] == "True"  # type: ignore[index]
+    available = k.condition("chat", "MetricsAvailable")
+    assert available is not None
+    assert available["status"] == "True"
 
     # Watch until the fleet grows; keep the forecast seen just before.
     forecasts: list[dict[str, Any]] = []
@@ -241,6 +243,7 @@ def test_standby_objects_are_created_sized_and_collected(
     assert pod_spec.priority_class_name == "prescaler-placeholder"
     assert pod_spec.containers[0].resources.requests["nvidia.com/gpu"] == "1"
     priority = client.SchedulingV1Api(kube).read_priority_class("prescaler-placeholder")
+    assert priority.value is not None
     assert priority.value < 0
     daemonset = wait_for(
         lambda: (

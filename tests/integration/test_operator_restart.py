@@ -8,6 +8,7 @@ with it without backtesting again.
 
 from __future__ import annotations
 
+import functools
 import math
 import time
 from typing import Any
@@ -75,12 +76,14 @@ def test_a_restarted_operator_resumes_the_selection_from_status(
             },
         },
     )
-    fast = {"first_fit_spread_seconds": 0.0, "interval_seconds": 2.0}
+    fast = functools.partial(
+        running_operator, cluster, namespace, first_fit_spread_seconds=0.0, interval_seconds=2.0
+    )
 
     def selection() -> dict[str, Any] | None:
         return (k.status("chat").get("forecast") or {}).get("selection")
 
-    with running_operator(cluster, namespace, **fast) as first:
+    with fast() as first:
         kept = wait_for(selection, 300, "an auto-selection in status", interval=1.0)
         # The selection is in use (and in status) before its job counts it: a chosen model
         # that needs a fit is fitted first. Wait for the count, don't race it.
@@ -104,7 +107,7 @@ def test_a_restarted_operator_resumes_the_selection_from_status(
         fresh = generated >= time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(restarted_at))
         return status if fresh and healthy.get("status") == "True" else None
 
-    with running_operator(cluster, namespace, **fast) as second:
+    with fast() as second:
         status = wait_for(forecast_after_restart, 300, "a forecast from the new operator")
         assert _counter(second, "prescaler_forecast_selections_resumed_total") >= 1
         assert _counter(second, "prescaler_forecast_fits_total", model="selection") == 0

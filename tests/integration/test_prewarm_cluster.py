@@ -29,6 +29,7 @@ orderings are read from the objects' own timestamps.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import random
 import threading
@@ -128,6 +129,16 @@ def _true(pod: Any, kind: str) -> bool:
 
 def _reread(k: Kube, pod: Any) -> Any:
     return k.core.read_namespaced_pod(pod.metadata.name, k.ns)
+
+
+def _ready_again(k: Kube, pod: Any) -> Any:
+    """``pod`` read afresh once it is Ready, else None."""
+    fresh = _reread(k, pod)
+    return fresh if _true(fresh, "Ready") else None
+
+
+def _warning_events(k: Kube, name: str, reason: str) -> list[Any]:
+    return [e for e in k.events(name) if e.reason == reason and e.type == "Warning"]
 
 
 def _at(cond: Any) -> float:
@@ -262,7 +273,7 @@ def test_a_failing_or_hanging_engine_still_releases_its_pod_with_the_reason_and_
     for name, (reason, says) in expected.items():
         pod = _pod(k, name)
         ready = wait_for(
-            lambda pod=pod: _true(p := _reread(k, pod), "Ready") and p,
+            functools.partial(_ready_again, k, pod),
             180,
             f"{name}: the pod Ready in spite of its warm-up",
         )
@@ -271,9 +282,7 @@ def test_a_failing_or_hanging_engine_still_releases_its_pod_with_the_reason_and_
         assert says in cond.message
         _ready_after_the_gate(ready)
         warnings = wait_for(
-            lambda name=name, reason=reason: [
-                e for e in k.events(name) if e.reason == reason and e.type == "Warning"
-            ],
+            functools.partial(_warning_events, k, name, reason),
             60,
             f"{name}: a {reason} Event on the pool",
         )
@@ -421,4 +430,5 @@ def test_the_api_server_refuses_a_malformed_prewarm(
     with pytest.raises(ApiException) as info:
         _pool(k, "bad", prewarm)
     assert info.value.status == 422, prewarm
+    assert info.value.body is not None, prewarm
     assert fragment in info.value.body, (prewarm, info.value.body)

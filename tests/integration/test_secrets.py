@@ -13,6 +13,7 @@ metrics exposition are searched for the secret values, raw and base64-encoded.
 from __future__ import annotations
 
 import base64
+import functools
 import logging
 import time
 import uuid
@@ -111,14 +112,16 @@ def test_prometheus_credentials_never_leak(
 
     for name in pools:
         wait_for(
-            lambda n=name: (c := k.condition(n, "MetricsAvailable")) and c["status"] == "False",
+            functools.partial(k.condition_is, name, "MetricsAvailable", "False"),
             60,
             f"{name} to report its metrics condition",
         )
     wait_for(lambda: k.deployment("reachable").spec.replicas == 2, 60, "the window's scale-up")
     wait_for(lambda: k.events("reachable"), 30, "an Event on the reachable pool")
     for name in ("unreachable", "basic"):
-        message = k.condition(name, "MetricsAvailable")["message"]  # type: ignore[index]
+        cond = k.condition(name, "MetricsAvailable")
+        assert cond is not None, name
+        message = cond["message"]
         assert "127.0.0.1" in message or "onnection" in message, message  # the error path ran
 
     searched = {
