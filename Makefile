@@ -37,6 +37,7 @@ $(STAMP): pyproject.toml
 
 lint: venv
 	$(BIN)/ruff check .
+	$(BIN)/ruff format --check benchmarks
 
 typecheck: venv
 	$(BIN)/mypy $(PACKAGES)
