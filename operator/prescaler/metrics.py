@@ -162,6 +162,16 @@ class Metrics:
         self.fits = Counter(
             "prescaler_forecast_fits_total", "Model fits and selections run", ("model",), registry=r
         )
+        self.fit_timeouts = Counter(
+            "prescaler_forecast_fit_timeouts_total",
+            "Selections and fits abandoned at the fit timeout (the pool keeps its last good"
+            " forecast, reason ForecastTimeout), by demand series (its fingerprint, as in the"
+            " log and an auto-selection's status.forecast.selection) and step (selection or"
+            " the model fitted)",
+            ("series", "model"),
+            registry=r,
+        )
+        self._fit_steps: dict[str, set[str]] = {}
         self.forecast_stale = Gauge(
             "prescaler_forecast_stale",
             "1 while the pool plans with a stale forecast (a due fit or refresh is overdue)",
@@ -292,6 +302,24 @@ class Metrics:
         first scale in each direction too (a series born at 1 shows no increase)."""
         for direction in SCALE_DIRECTIONS:
             self.scale_events.labels(namespace, pool, direction)
+
+    def declare_fit(self, series: str, model: str) -> None:
+        """Create a series' fit-timeout counter for ``model`` (a step: ``selection`` or a
+        model's fit) at 0 as its first job of that step starts, so that ``increase()``
+        counts the first timeout too."""
+        self._fit_steps.setdefault(series, set()).add(model)
+        self.fit_timeouts.labels(series, model)
+
+    def fit_timed_out(self, series: str, model: str) -> None:
+        """Count one job of ``series`` abandoned at the fit timeout."""
+        self.declare_fit(series, model)
+        self.fit_timeouts.labels(series, model).inc()
+
+    def forget_series(self, series: str) -> None:
+        """Drop the fit-timeout series of a demand series no pool reads any more."""
+        for model in self._fit_steps.pop(series, set()):
+            with contextlib.suppress(KeyError):
+                self.fit_timeouts.remove(series, model)
 
     def set_forecast_band(
         self, namespace: str, pool: str, forecast: ForecastLike | None, now: float

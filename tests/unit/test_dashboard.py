@@ -145,6 +145,7 @@ def test_the_panels_the_dashboard_promises_read_their_metrics(dashboard: dict[st
         "prescaler_forecast_stale",
         "prescaler_forecast_age_seconds",
         "prescaler_reconcile_errors_total",
+        "prescaler_forecast_fit_timeouts_total",  # beside the fit queue
         "prescaler_against_hpa_gpu_hours",  # the row "Against an HPA"
         "prescaler_against_hpa_saved_gpu_hours",
         "prescaler_against_hpa_unserved_ratio",
@@ -158,6 +159,22 @@ def test_the_panels_the_dashboard_promises_read_their_metrics(dashboard: dict[st
         for q in annotations
         for s in selectors(q.expr)
     )
+
+
+def test_fit_timeouts_sit_beside_the_fit_queue_per_series_and_step(
+    dashboard: dict[str, Any],
+) -> None:
+    by_title = {p["title"]: p for p in panels(dashboard)}
+    queue, timeouts = by_title["Fit queue"], by_title["Fit timeouts"]
+    assert timeouts["gridPos"]["y"] == queue["gridPos"]["y"]
+    assert timeouts["gridPos"]["x"] == queue["gridPos"]["x"] + queue["gridPos"]["w"]
+    (target,) = timeouts["targets"]
+    (selector,) = selectors(target["expr"])
+    assert metric_name(selector) == "prescaler_forecast_fit_timeouts_total"
+    grouped = pp.parse(MACROS.sub("5m", target["expr"]))
+    assert isinstance(grouped, pp.AggregateExpr)
+    assert grouped.modifier is not None
+    assert set(grouped.modifier.labels) == {"series", "model"}
 
 
 def test_grafana_can_load_it(dashboard: dict[str, Any]) -> None:

@@ -130,6 +130,12 @@ class Pools:
         fitted = self.series(uid).service.runner("prophet").fitted
         return None if fitted is None else fitted.history_end
 
+    def timeouts(self, fingerprint: str) -> float | None:
+        """The series' ``prescaler_forecast_fit_timeouts_total`` for its Prophet fits."""
+        labels = {"series": fingerprint, "model": "prophet"}
+        registry = self.hub.metrics.registry
+        return registry.get_sample_value("prescaler_forecast_fit_timeouts_total", labels)
+
 
 def run(scenario: Callable[[Pools, dict[str, bool]], Any], processes: FitProcesses | None) -> None:
     hang = {"on": False}
@@ -190,6 +196,8 @@ def test_a_fit_that_never_returns_is_abandoned_its_process_replaced_and_later_fi
     async def scenario(pools: Pools, hang: dict[str, bool]) -> None:
         good = await fitted_first(pools, "stuck", STUCK, NOW)
         assert (good.reason, good.healthy) == ("Fresh", True), good
+        stuck = pools.series("stuck").key.fingerprint
+        assert pools.timeouts(stuck) == 0  # there from its first fit: increase() sees 0 -> 1
         # A refit is due a refit period later; it hangs. Meanwhile the pool forecasts from
         # its last good fit, and another series' first fit queues behind the hung one.
         later = NOW + REFIT
@@ -205,6 +213,7 @@ def test_a_fit_that_never_returns_is_abandoned_its_process_replaced_and_later_fi
         assert "its process was killed and replaced" in timed_out.message
         assert timed_out.forecast is last_good  # the last good forecast is kept
         assert processes.replaced == 1
+        assert pools.timeouts(stuck) == 1  # counted for monitoring, on its own series
         # The queued fit ran in the replacement process.
         await until(
             "the other series' fit", lambda: pools.idle() and pools.fitted_at("other") is not None
@@ -220,6 +229,11 @@ def test_a_fit_that_never_returns_is_abandoned_its_process_replaced_and_later_fi
         recovered = await pools.get("stuck", STUCK, retry + 1)
         assert (recovered.reason, recovered.healthy) == ("Fresh", True), recovered
         assert processes.replaced == 1
+        assert pools.timeouts(stuck) == 1  # the successful retry counts no timeout
+        assert pools.timeouts(pools.series("other").key.fingerprint) == 0
+        # The pool is forgotten and nobody reads its series: its counter goes with it.
+        pools.hub.forget("stuck")
+        assert pools.timeouts(stuck) is None
 
     run(scenario, processes)
 
@@ -237,6 +251,7 @@ def test_a_fit_hung_in_a_thread_is_abandoned_and_not_started_again_until_it_retu
         assert (timed_out.healthy, timed_out.reason) == (False, "ForecastTimeout"), timed_out
         assert "not started again until the hung call returns" in timed_out.message
         assert timed_out.forecast is last_good
+        assert pools.timeouts(pools.series("stuck").key.fingerprint) == 1
         # Past the retry time the refit is due again, but not started beside the hung call.
         retry = later + REFIT
         await pools.get("stuck", STUCK, retry)

@@ -103,6 +103,23 @@ def test_forget_drops_every_series_of_the_pool_and_only_its_own() -> None:
     assert pools == {"kept"}
 
 
+def test_fit_timeouts_start_at_zero_count_per_series_and_go_with_their_series() -> None:
+    m = Metrics()
+    name = "prescaler_forecast_fit_timeouts_total"
+    m.declare_fit("aaaa", "selection")
+    m.declare_fit("bbbb", "prophet")
+    assert _value(m, name, series="aaaa", model="selection") == 0
+    m.fit_timed_out("aaaa", "prophet")
+    m.fit_timed_out("aaaa", "prophet")
+    assert _value(m, name, series="aaaa", model="prophet") == 2
+    assert _value(m, name, series="bbbb", model="prophet") == 0
+    m.forget_series("aaaa")
+    assert _value(m, name, series="aaaa", model="selection") is None
+    assert _value(m, name, series="aaaa", model="prophet") is None
+    assert _value(m, name, series="bbbb", model="prophet") == 0  # only its own
+    m.forget_series("aaaa")  # twice is harmless
+
+
 def test_a_replica_that_loses_the_lead_reports_no_pool_series() -> None:
     m = Metrics()
     for pool in ("a", "b"):

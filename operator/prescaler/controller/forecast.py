@@ -28,7 +28,8 @@ forecast again until the hung call returns.
 **Hung fits.** A fit-queue job (a selection, an expensive fit) that runs longer than
 ``fit_timeout_seconds`` is abandoned: the series keeps its last good forecast (refreshes
 go on from its last fit, with the nowcast, or the cheap stand-in), reason
-``ForecastTimeout`` says so until a later fit ends, and the job is retried later. In the
+``ForecastTimeout`` says so until a later fit ends, ``prescaler_forecast_fit_timeouts_total``
+counts it (by series fingerprint and step), and the job is retried later. In the
 fit processes, the job's process is killed and replaced, so the worker is free for the
 jobs queued behind it. A thread (``forecast_workers: 0``) cannot be killed: that series is
 not fitted again until the hung call returns.
@@ -223,6 +224,7 @@ class ForecastHub:
                 series.refresh.cancel()
             self._fits.discard(series.key)
             del self._series[series.key]
+            self.metrics.forget_series(series.key.fingerprint)
         self._gauges()
 
     def close(self) -> None:
@@ -373,6 +375,7 @@ class ForecastHub:
         service, history, at = series.service, series.history, series.history_at
         before, selection_before = _fit_counts(service), service.selection
         started, step = time.perf_counter(), series.due
+        self.metrics.declare_fit(series.key.fingerprint, _step_label(step, service))
         slot = self.fit_processes.take() if self.fit_processes is not None else None
         fitting = asyncio.ensure_future(
             service.forecast_async(history, at, executor=slot or self.executor)
@@ -434,6 +437,8 @@ class ForecastHub:
             f"{what} did not finish within {timeout:g}s and was abandoned ({after})"
         )
         series.retry_at = self.clock() + min(RETRY_SECONDS, series.spec.refit_seconds)
+        if not series.closed:  # a dropped series' counter is gone and stays gone
+            self.metrics.fit_timed_out(series.key.fingerprint, _step_label(step, series.service))
         log.warning("forecast series %s: %s", series.key.fingerprint, series.fit_timed_out)
 
         def ended(task: asyncio.Future[Forecast]) -> None:
@@ -552,6 +557,12 @@ def series_service(
 
 def _running(task: asyncio.Future[Forecast] | None) -> bool:
     return task is not None and not task.done()
+
+
+def _step_label(step: str | None, service: ForecastService) -> str:
+    """The ``model`` label of a job's fit-timeout counter: its due step (``selection`` or
+    the model to fit), else the service's model."""
+    return step or service.model
 
 
 def _retrieve(task: asyncio.Future[Forecast]) -> None:
