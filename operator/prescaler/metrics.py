@@ -305,8 +305,8 @@ class Metrics:
 
     def declare_fit(self, series: str, model: str) -> None:
         """Create a series' fit-timeout counter for ``model`` (a step: ``selection`` or a
-        model's fit) at 0 as its first job of that step starts, so that ``increase()``
-        counts the first timeout too."""
+        model's fit) at 0, as the series is first read and as its first job of a step
+        starts, so that ``increase()`` counts the first timeout too."""
         self._fit_steps.setdefault(series, set()).add(model)
         self.fit_timeouts.labels(series, model)
 

@@ -287,3 +287,34 @@ def test_a_series_whose_source_lags_a_step_still_forecasts_with_a_cheap_model() 
     assert result.forecast is not None
     assert result.reason == "Fresh"
     assert result.forecast.generated_at == NOW - 60
+
+
+def test_a_fit_abandoned_at_its_timeout_is_counted_on_its_series() -> None:
+    """The held selection outlives a short fit timeout (nothing is timed: the test waits
+    for the abandonment, however long it takes)."""
+    name = "prescaler_forecast_fit_timeouts_total"
+
+    async def scenario() -> None:
+        clock, gate, source = [NOW], Gate(), FakeSource()
+        h = hub(gate, clock, fit_timeout_seconds=0.01)
+        count = h.metrics.registry.get_sample_value
+        await get(h, "a", source, NOW)  # auto: a selection is due, and held in the gate
+        await get(h, "c", source, NOW, spec(model="recent_trend"))  # never fits in the queue
+        auto = series_key("series-a", spec(), ()).fingerprint
+        fixed = series_key("series-a", spec(model="recent_trend"), ()).fingerprint
+        assert count(name, {"series": fixed, "model": "recent_trend"}) == 0  # there from the start
+        series = h._series[h._pools["a"]]
+        for _ in range(6000):
+            if series.fit_timed_out is not None:
+                break
+            await asyncio.sleep(0.01)
+        assert series.fit_timed_out is not None
+        assert count(name, {"series": auto, "model": "selection"}) == 1
+        assert count(name, {"series": fixed, "model": "recent_trend"}) == 0
+        h.forget("a")  # nobody reads the series any more: its counter goes with it
+        assert count(name, {"series": auto, "model": "selection"}) is None
+        assert count(name, {"series": fixed, "model": "recent_trend"}) == 0
+        gate.open()
+        h.close()
+
+    asyncio.run(scenario())

@@ -281,6 +281,8 @@ class ForecastHub:
             service = self.make_service(spec, calendar)
             series = _Series(key=key, spec=spec, service=service)
             self._series[key] = series
+            # Its fit-timeout counter at 0 from the start: "none" is a series, not nothing.
+            self.metrics.declare_fit(key.fingerprint, _step_label(None, service))
         series.pools.add(uid)
         self._pools[uid] = key
         return series
@@ -561,8 +563,8 @@ def _running(task: asyncio.Future[Forecast] | None) -> bool:
 
 def _step_label(step: str | None, service: ForecastService) -> str:
     """The ``model`` label of a job's fit-timeout counter: its due step (``selection`` or
-    the model to fit), else the service's model."""
-    return step or service.model
+    the model to fit), else the series' first (its selection, or its fixed model)."""
+    return step or (SELECTION if service.model == AUTO else service.model)
 
 
 def _retrieve(task: asyncio.Future[Forecast]) -> None:

@@ -167,7 +167,7 @@ def register(
     @kopf.on.event(GROUP, VERSION, PLURAL, registry=registry)
     async def follow(type: str | None, body: kopf.Body, **kwargs: Any) -> None:
         key = _key(body)
-        if type is None:  # from a listing: at the start, or a relist after a watch gap
+        if type is None and key in loops:  # a relist (after a watch gap), not the first
             sweep.listed()
         if type != "DELETED" and not body["metadata"].get("deletionTimestamp"):
             loops.feed(key, (body, kwargs["pools_by_target"]))

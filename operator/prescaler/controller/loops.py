@@ -208,10 +208,13 @@ class Sweep(Generic[T]):
 
     A watch that was down long enough (``410 Gone``) is followed by a relist, and an object
     deleted in the gap sends no ``DELETED`` event: its loop would go on. :meth:`listed` is
-    called for every object a listing delivers; once none came for ``quiet`` seconds,
+    called for every object a relist delivers (one whose loop already runs: the first
+    listing, at the start, has nothing to end); once none came for ``quiet`` seconds,
     :meth:`sweep` lists the objects itself (``list_uids``, per ``scope_of`` a loop's value)
     and ends every loop that was running before that list and whose uid it lacks, then
     calls ``gone`` with the loop's last value. A failed list is retried after ``quiet``.
+    A relist that delivers nothing (every object gone) calls nothing here: such loops end
+    at their next scale or status write, which finds the object gone.
     """
 
     def __init__(
