@@ -139,23 +139,27 @@ def test_a_pool_deleted_while_the_watch_was_down_is_never_acted_on_again(
     api_proxy: ApiProxy,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """The pool watch goes quiet (its events lost), pool ``chat`` is deleted and its
-    Deployment scaled to 0, below the pool's floor; then the watch resumes with ``410
-    Gone`` and the operator lists the pools again. No ``DELETED`` event ever arrives: the
-    relist alone must end the pool's loop, and until it does, nothing may scale for it."""
+    """The pool watch goes quiet (its events lost), and pools ``chat`` and ``quiet`` are
+    deleted; ``chat``'s Deployment is scaled to 0, below its floor. Then the watch resumes
+    with ``410 Gone`` and the operator lists the pools again. No ``DELETED`` event ever
+    arrives. ``chat``'s loop plans a scale-up, which the pool's absence must stop (and
+    end the loop); ``quiet``'s loop writes nothing and goes on until the relist, which
+    must end it (its status writes are refused with 503 meanwhile, so that no 404 on
+    them ends it first). ``keep`` is served throughout."""
     k = Kube(kube, namespace)
     k.deployment_and_pool(min_replicas=1)
-    k.create_deployment(gpu_deployment("other", 1))
-    k.create_pool(
-        "keep",
-        {
-            "target": {"name": "other"},
-            "minReplicas": 1,
-            "maxReplicas": 2,
-            "model": {"tokensPerSecond": 3750},
-            "coldStart": {"mode": "fixed", "seconds": 30},
-        },
-    )
+    for name, deployment in (("quiet", "idle"), ("keep", "other")):
+        k.create_deployment(gpu_deployment(deployment, 1))
+        k.create_pool(
+            name,
+            {
+                "target": {"name": deployment},
+                "minReplicas": 1,
+                "maxReplicas": 2,
+                "model": {"tokensPerSecond": 3750},
+                "coldStart": {"mode": "fixed", "seconds": 30},
+            },
+        )
     monkeypatch.setenv("KUBECONFIG", str(api_proxy.kubeconfig))  # kopf's own login
     with running_operator(cluster, namespace, kubeconfig=str(api_proxy.kubeconfig)) as metrics:
 
@@ -165,36 +169,42 @@ def test_a_pool_deleted_while_the_watch_was_down_is_never_acted_on_again(
                 {"namespace": namespace, "pool": pool},
             )
 
+        def ticked(pool: str, since: float) -> bool:
+            return (last(pool) or 0.0) > since + 2
+
         wait_for(
-            lambda: all(k.status(p).get("appliedReplicas") == 1 for p in ("chat", "keep")),
+            lambda: all(k.status(p).get("appliedReplicas") == 1 for p in ("chat", "quiet", "keep")),
             120,
-            "both pools' first statuses",
+            "the pools' first statuses",
         )
+        api_proxy.add(Rule("PATCH", r"/inferencepools/quiet/status$", status=503, times=10**6))
         gap = api_proxy.add(Rule(None, POOL_WATCH, action="mute", watch=True))
         wait_for(lambda: gap.exhausted, 60, "the pool watch to go quiet")
-        k.delete_pool("chat")
-        wait_for(
-            lambda: (
-                not k.custom.list_namespaced_custom_object(
-                    GROUP, VERSION, namespace, PLURAL, field_selector="metadata.name=chat"
-                )["items"]
-            ),
-            60,
-            "the pool to be gone",
-        )
+        for pool in ("chat", "quiet"):
+            k.delete_pool(pool)
+
+        def gone() -> bool:
+            listing = k.custom.list_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL)
+            return {p["metadata"]["name"] for p in listing["items"]} == {"keep"}
+
+        wait_for(gone, 60, "the pools to be gone")
+        deleted_wall = time.time()
         k.apps.patch_namespaced_deployment_scale("llm", namespace, {"spec": {"replicas": 0}})
         deleted = time.monotonic()
-        # The loop still runs (no event told it): it reads its target, and the plan for a
-        # floor of 1 over 0 replicas is a scale-up, which the pool's absence must stop.
-        reconciled = last("chat")
-        wait_for(lambda: (last("chat") or 0.0) > (reconciled or 0.0) + 2, 60, "a tick or two")
-        gone = api_proxy.add(Rule("GET", POOL_WATCH, action="gone", watch=True))
+        # chat's next tick plans 0 -> 1: the read of the pool before the scale ends it.
+        wait_for(lambda: last("chat") is None, 60, "chat's loop to end at its planned scale")
+        # quiet's loop writes nothing, so nothing tells it yet: it goes on in the gap.
+        wait_for(lambda: ticked("quiet", deleted_wall), 60, "quiet's loop to tick in the gap")
+        assert gap.fired == 1, "the watch stayed quiet"
+        lists = len(_own_pool_lists(api_proxy))
+        gone_rule = api_proxy.add(Rule("GET", POOL_WATCH, action="gone", watch=True))
         gap.lifted = True
-        wait_for(lambda: gone.exhausted, 60, "the watch to resume, and be told 410 Gone")
-        wait_for(lambda: last("chat") is None, 60, "the deleted pool's loop to end")
+        wait_for(lambda: gone_rule.exhausted, 60, "the watch to resume, and be told 410 Gone")
+        wait_for(lambda: last("quiet") is None, 60, "the relist to end quiet's loop")
+        assert len(_own_pool_lists(api_proxy)) > lists, "the sweep's own list ended it"
         ended = time.monotonic()
         kept = last("keep") or 0.0
-        wait_for(lambda: (last("keep") or 0.0) >= kept + 3, 60, "three more reconciles of keep")
+        wait_for(lambda: ticked("keep", kept), 60, "keep reconciled again after the relist")
 
     seen = api_proxy.seen()
     relists = [
@@ -206,9 +216,23 @@ def test_a_pool_deleted_while_the_watch_was_down_is_never_acted_on_again(
         and s.path.endswith("/inferencepools")
     ]
     assert relists, "the operator listed the pools again"
-    touches = [s for s in seen if "/deployments/llm" in s.path]
-    assert not [s for s in touches if s.method != "GET" and s.at > deleted], touches
-    assert not [s for s in touches if s.at > ended], "the deleted pool's loop went on"
+    writes = [s for s in seen if s.method != "GET" and s.at > deleted]
+    assert not [s for s in writes if "/deployments/llm" in s.path], writes
+    after = [s for s in seen if s.at > ended]
+    assert not [s for s in after if "/deployments/idle" in s.path], "quiet's loop went on"
+    assert not [s for s in after if "/inferencepools/quiet" in s.path], "quiet's loop went on"
+    assert [s for s in seen if s.path.endswith("/quiet/status") and s.at < ended], (
+        "quiet's loop ticked in the gap (its status writes refused)"
+    )
     assert k.deployment("llm").spec.replicas == 0
     assert k.deployment("other").spec.replicas == 1
     assert "ScaledUp" not in [e.reason for e in k.events("chat")]
+
+
+def _own_pool_lists(proxy: ApiProxy) -> list[Any]:
+    """The operator's own lists of pools (paged, unlike kopf's listing)."""
+    return [
+        s
+        for s in proxy.seen()
+        if s.method == "GET" and s.path.endswith("/inferencepools") and "limit=" in s.query
+    ]
