@@ -32,7 +32,7 @@ import pytest
 from kubernetes import client
 
 from cluster.launcher import LocalCluster
-from cluster.objects import gpu_deployment
+from cluster.objects import gpu_deployment, with_readiness_gate
 from integration.chart_rbac import chart_identity
 from integration.operator_fixtures import (  # noqa: F401 (fixtures)
     Kube,
@@ -53,6 +53,8 @@ from integration.shard_world import (
     statuses,
     steady,
 )
+from prescaler.api import PREWARM_CONDITION
+from prescaler.prewarm import NOT_CONFIGURED
 from prescaler.sharding import pool_shard
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]  # 1-3 minutes each: started early
@@ -208,3 +210,49 @@ def test_a_sharded_replica_needs_only_the_charts_rbac(
         assert ours <= set(holders)
         # A clean stop released them.
         assert not any(holders.values()), holders
+
+
+def test_a_gated_pod_no_pool_scales_is_released_by_one_replica(
+    cluster: LocalCluster,
+    crd: None,
+    kube: Any,
+    namespace: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A Deployment whose pods carry the prewarm readiness gate, and no pool on it: with
+    shards, the replica serving the sweeper shard releases its pod after the grace (as an
+    operator without shards does), and only that replica: one condition write, one
+    Event. Before, no replica released it, and the pod never became Ready."""
+    k = Kube(kube, namespace)
+    create_pools(k, 12)
+    k.create_deployment(with_readiness_gate(gpu_deployment("orphan", 1), PREWARM_CONDITION))
+    monkeypatch.setenv("PRESCALER_PREWARM_UNCLAIMED_SECONDS", "5")
+    with replicas(cluster, namespace, tmp_path, ["r0", "r1", "r2"]):
+
+        def released() -> Any:
+            pods = k.core.list_namespaced_pod(namespace, label_selector="app=orphan").items
+            for pod in pods:
+                for cond in pod.status.conditions or []:
+                    if cond.type == PREWARM_CONDITION and cond.status == "True":
+                        return pod
+            return None
+
+        pod = wait_for(released, 180, "the orphan pod's gate condition")
+        wait_for(
+            lambda: any(
+                c.type == "Ready" and c.status == "True"
+                for c in k.core.read_namespaced_pod(pod.metadata.name, namespace).status.conditions
+                or []
+            ),
+            120,
+            "the orphan pod Ready",
+        )
+        events = [
+            e
+            for e in k.core.list_namespaced_event(
+                namespace, field_selector=f"involvedObject.name={pod.metadata.name}"
+            ).items
+            if e.reason == NOT_CONFIGURED
+        ]
+        assert len(events) == 1, [(e.reason, e.message) for e in events]

@@ -315,6 +315,25 @@ def test_a_gated_pod_nobody_claims_is_released_after_the_grace() -> None:
     run(scenario)
 
 
+def test_a_gated_pod_nobody_claims_is_released_only_by_its_owner() -> None:
+    """With shards, a replica releases an unclaimed gated pod only if it owns it (the
+    sweeper, or its pool's replica); another replica leaves it alone."""
+
+    async def scenario() -> None:
+        mine, other = setup(unclaimed_seconds=0), setup(unclaimed_seconds=0)
+        mine.prewarmer.owns_unclaimed = lambda key: key == ("ns", "Deployment", "orphan")
+        other.prewarmer.owns_unclaimed = lambda key: False
+        for s in (mine, other):
+            s.prewarmer.observe(None, pod(1, deployment="orphan"))
+            await s.round()
+            s.clock[0] += 1
+            await s.round()
+        assert [c[:2] for c in mine.kube.conditions] == [("orphan-5d8f9-1", NOT_CONFIGURED)]
+        assert other.kube.conditions == []
+
+    run(scenario)
+
+
 def test_a_gated_pod_of_a_pool_without_prewarm_is_released_at_once() -> None:
     async def scenario() -> None:
         s = setup()

@@ -108,9 +108,10 @@ class Prewarmer:
         self.config_map_seconds = config_map_seconds
         self.tick_seconds = tick_seconds
         self.is_leader = is_leader
-        self.release_unclaimed = True
-        """Release gated pods that no pool claims (off with shards: this replica sees
-        only its own pools' claims)."""
+        self.owns_unclaimed: Callable[[tuple[str, str, str] | None], bool] = lambda _: True
+        """Whether this replica decides a gated pod of that workload that no pool of its
+        own claims (with shards: the replica serving the pool that scales it, else one
+        sweeper replica; see ``ShardGate.owns_pod``), and so releases it after the grace."""
         self.clock = clock
         self._warm = warm
         self._pods: dict[str, _Tracked] = {}
@@ -308,8 +309,8 @@ class Prewarmer:
             pod = tracked.pod
             published = self._claims.get(pod.key) if pod.key is not None else None
             claim = published.claim if published is not None else None
-            if claim is None and not self.release_unclaimed:
-                continue  # claimed, if at all, by a pool another replica serves
+            if claim is None and not self.owns_unclaimed(pod.key):
+                continue  # another replica's: its pool's, or the sweeper's
             if tracked.unwritten is not None:
                 self._spawn(pod, published, None, tracked.unwritten)
                 continue

@@ -140,10 +140,11 @@ async def operate(
             prewarmer.is_leader = elector.is_leader
         if gate is not None:
             # Each replica warms the pods its own pools claim; a gated pod that no pool
-            # claims is left for its pool's replica (none here sees every claim).
+            # of its own claims is its pool's replica's, or (no pool scales it) the
+            # sweeper's, which releases it after the grace.
             serving = gate.leases.serving
             prewarmer.is_leader = lambda: bool(serving())
-            prewarmer.release_unclaimed = False
+            prewarmer.owns_unclaimed = gate.owns_pod
         prewarmer.start()
     registry = kopf.OperatorRegistry()
     handlers.register(

@@ -8,6 +8,12 @@ is given up cleanly, the statuses kept back for its pools are written first; whe
 lost (its renewal was late), they are dropped: its new holder may already act. Either way
 the pools' caches and metric series go, so each pool shows up on one replica's
 ``/metrics`` only.
+
+A pod that carries the prewarm readiness gate has one owner among the replicas
+(:meth:`ShardGate.owns_pod`): the replica serving the shard of a pool that scales its
+workload (it warms the pod, or releases it when the pool does not warm), else, when no
+pool scales it, the replica serving shard :data:`SWEEPER_SHARD`, which releases it after
+the grace period as an operator without shards does.
 """
 
 from __future__ import annotations
@@ -18,11 +24,25 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from prescaler.api import ServedByStatus
-from prescaler.controller.model import PoolObject
+from prescaler.controller.model import PoolObject, target_claims
 from prescaler.controller.reconcile import Reconciler
-from prescaler.kube import ShardLeases
+from prescaler.kube import ROLE_HOT, ShardLeases, object_name
 from prescaler.metrics import Metrics
 from prescaler.sharding import pool_shard
+
+SWEEPER_SHARD = 0
+"""The shard whose replica releases gated pods that no pool scales."""
+
+WorkloadKey = tuple[str, str, str]
+"""``(namespace, kind, name)`` of a workload."""
+
+
+def workload_keys(body: Mapping[str, Any]) -> tuple[WorkloadKey, ...]:
+    """The workloads whose pods a pool may warm: its targets and its hot standby."""
+    keys, _ = target_claims(body)
+    meta = body.get("metadata") or {}
+    hot = (str(meta.get("namespace")), "Deployment", object_name(str(meta.get("name")), ROLE_HOT))
+    return (*keys, hot)
 
 
 @dataclass
@@ -42,6 +62,9 @@ class ShardGate:
     _serving: frozenset[int] = frozenset()
     _seen: dict[str, int] = field(default_factory=dict)
     """Every pool watched (served here or not), by uid, with its shard: the weights."""
+    _workloads: dict[WorkloadKey, dict[str, int]] = field(default_factory=dict)
+    """Every watched pool's workloads (:func:`workload_keys`): pool uid -> its shard."""
+    _keys: dict[str, tuple[WorkloadKey, ...]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.leases.busy = self.busy
@@ -53,7 +76,28 @@ class ShardGate:
 
     def observe(self, body: Mapping[str, Any]) -> None:
         """A pool seen on the watch (every replica sees every pool)."""
-        self._seen[body["metadata"]["uid"]] = self.shard_of_body(body)
+        uid = body["metadata"]["uid"]
+        shard = self._seen[uid] = self.shard_of_body(body)
+        self._unmap(uid)
+        keys = self._keys[uid] = workload_keys(body)
+        for key in keys:
+            self._workloads.setdefault(key, {})[uid] = shard
+
+    def _unmap(self, uid: str) -> None:
+        for key in self._keys.pop(uid, ()):
+            owners = self._workloads.get(key, {})
+            owners.pop(uid, None)
+            if not owners:
+                self._workloads.pop(key, None)
+
+    def owns_pod(self, key: WorkloadKey | None) -> bool:
+        """Whether this replica decides a gated pod of workload ``key`` that no pool of
+        its own has claimed for warming: it serves a pool scaling that workload, or no
+        pool scales it and this replica serves :data:`SWEEPER_SHARD`."""
+        owners = self._workloads.get(key) if key is not None else None
+        if owners:
+            return any(self.leases.serves(shard) for shard in owners.values())
+        return self.leases.serves(SWEEPER_SHARD)
 
     def weights(self) -> list[float]:
         """What each shard weighs in the balance: its pools, plus one."""
@@ -118,6 +162,7 @@ class ShardGate:
         """A deleted pool."""
         self._pools.pop(pool.uid, None)
         self._seen.pop(pool.uid, None)
+        self._unmap(pool.uid)
 
     def changed(self, serving: frozenset[int]) -> None:
         gained, self._serving = serving - self._serving, serving
