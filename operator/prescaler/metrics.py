@@ -346,7 +346,8 @@ class Metrics:
 
     def set_against_hpa(self, namespace: str, pool: str, status: AgainstHpaStatus | None) -> None:
         """The comparison with the shadow HPA (``status.againstHpa``); without one the
-        series are dropped."""
+        series are dropped. A disaggregated pool's (its roles' sum, under the pool's own
+        name) has no shadow of its own: its shadow's replicas are its roles'."""
         if status is None:
             self._forget_against_hpa(namespace, pool)
             return
@@ -375,6 +376,11 @@ class Metrics:
                 self.against_hpa_short_minutes.labels(*labels).set(short)
                 self.against_hpa_unserved.labels(*labels).set(unserved or 0.0)
         hpa = status.hpa
+        if hpa is None:
+            for gauge in (self.shadow_hpa_replicas, self.shadow_hpa_ready_replicas):
+                with contextlib.suppress(KeyError):
+                    gauge.remove(namespace, pool)
+            return
         self.shadow_hpa_replicas.labels(namespace, pool).set(hpa.ready + len(hpa.starting))
         self.shadow_hpa_ready_replicas.labels(namespace, pool).set(hpa.ready)
 

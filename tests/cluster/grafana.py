@@ -15,7 +15,9 @@ LABEL_VALUES = re.compile(r"^\s*label_values\((?:(?P<expr>.+),)?\s*(?P<label>\w+
 QUERY_RESULT = re.compile(r"^\s*query_result\((?P<expr>.+)\)\s*$", re.S)
 MACROS = re.compile(r"\$__(rate_interval|interval|range)\b|\$\{__(rate_interval|interval|range)\}")
 """Grafana's interval macros: they stand where PromQL wants a duration."""
-_VARIABLE = re.compile(r"\$\{(\w+)\}|\$(\w+)")
+_VARIABLE = re.compile(r"\$\{([A-Za-z_]\w*)\}|\$([A-Za-z_]\w*)")
+"""A dashboard variable: ``$1`` is not one but ``label_replace``'s first group, which
+Grafana sends as written (it substitutes only the variables it has)."""
 
 
 @dataclass(frozen=True)

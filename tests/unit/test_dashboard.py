@@ -9,13 +9,16 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 from typing import Any
 
 import promql_parser as pp
 import pytest
 from prometheus_client.metrics import MetricWrapperBase
 
-from cluster.grafana import DASHBOARD, LABEL_VALUES, MACROS, panels, queries
+from cluster.grafana import DASHBOARD, LABEL_VALUES, MACROS, panels, queries, substitute
+from prescaler.capacity import ROLES
+from prescaler.controller.model import fleet_label
 from prescaler.metrics import Metrics
 
 DATASOURCE = {"type": "prometheus", "uid": "${datasource}"}
@@ -75,6 +78,47 @@ def metric_name(selector: pp.VectorSelector) -> str | None:
     return None
 
 
+def _equal(selector: pp.VectorSelector) -> dict[str, str]:
+    return {m.name: m.value for m in selector.matchers.matchers if m.op == pp.MatchOp.Equal}
+
+
+def whole_pool(expr: str) -> list[str]:
+    """The selectors (as text) a query reads for the whole pool of the one selected: the
+    left side of ``X and on (namespace, pool) label_replace(S, "pool", ...)``, ``S`` a
+    selector scoped to ``$pool``. ``label_replace`` turns a role's ``pool`` label into its
+    pool's (``<pool>/prefill`` into ``<pool>``; a unified pool's stays), so ``X`` is kept
+    for the selected pool or for the disaggregated pool the selected role belongs to."""
+    found: list[str] = []
+
+    def scoped(node: pp.Expr) -> bool:
+        return isinstance(node, pp.VectorSelector) and all(
+            _equal(node).get(label) == value for label, value in POOL_SCOPE.items()
+        )
+
+    def visit(node: pp.Expr) -> None:
+        if not isinstance(node, pp.BinaryExpr) or str(node.op) != "and":
+            return
+        matching = node.modifier.matching if node.modifier is not None else None
+        if matching is None or matching.type != pp.LabelModifierType.Include:
+            return
+        rhs = node.rhs
+        if (
+            set(matching.labels) == set(POOL_SCOPE)
+            and isinstance(rhs, pp.Call)
+            and rhs.func.name == "label_replace"
+            and scoped(rhs.args[0])
+            and isinstance(rhs.args[1], pp.StringLiteral)
+            and rhs.args[1].val == "pool"
+        ):
+            pp.walk(
+                node.lhs,
+                lambda n: found.append(str(n)) if isinstance(n, pp.VectorSelector) else None,
+            )
+
+    pp.walk(pp.parse(MACROS.sub("5m", expr)), visit)
+    return found
+
+
 def problems(dashboard: dict[str, Any], exported: dict[str, tuple[str, ...]]) -> list[str]:
     """What is wrong with the dashboard's queries; empty when nothing is."""
     found: list[str] = []
@@ -84,6 +128,7 @@ def problems(dashboard: dict[str, Any], exported: dict[str, tuple[str, ...]]) ->
         except ValueError as exc:
             found.append(f"{query.where}: does not parse ({exc}): {query.expr}")
             continue
+        whole = whole_pool(query.expr)
         if not parsed:
             found.append(f"{query.where}: reads no metric: {query.expr}")
         for selector in parsed:
@@ -96,10 +141,11 @@ def problems(dashboard: dict[str, Any], exported: dict[str, tuple[str, ...]]) ->
                 continue
             if not query.where.startswith("panel") and not query.where.startswith("annotation"):
                 continue
-            equal = {
-                m.name: m.value for m in selector.matchers.matchers if m.op == pp.MatchOp.Equal
-            }
-            for label, value in POOL_SCOPE.items():
+            equal = _equal(selector)
+            scope = POOL_SCOPE
+            if str(selector) in whole:  # the pool is the join's: the namespace still filters
+                scope = {k: v for k, v in POOL_SCOPE.items() if k != "pool"}
+            for label, value in scope.items():
                 if label in exported[name] and equal.get(label) != value:
                     found.append(f'{query.where}: {name} is not filtered by {label}="{value}"')
     return found
@@ -177,6 +223,41 @@ def test_fit_timeouts_sit_beside_the_fit_queue_per_series_and_step(
     assert set(grouped.modifier.labels) == {"series", "model"}
 
 
+def test_the_whole_pool_line_reads_the_pool_of_the_selected_role(
+    dashboard: dict[str, Any],
+) -> None:
+    """A disaggregated pool's metrics carry ``pool="<pool>/<role>"`` for each role and its
+    comparison with a shadow HPA, summed, ``pool="<pool>"``; the ``pool`` variable lists
+    the roles. The line *Whole pool* finds the pool of the selected role."""
+    whole = [p for p in panels(dashboard) if p["title"].startswith("Whole pool: ")]
+    read = set()
+    for panel in whole:
+        (target,) = panel["targets"]
+        (selector,) = [s for s in selectors(target["expr"]) if str(s) in whole_pool(target["expr"])]
+        read.add(metric_name(selector))
+        join = pp.parse(MACROS.sub("5m", target["expr"]))
+        assert isinstance(join, pp.BinaryExpr)
+        assert isinstance(join.rhs, pp.Call)
+        dst, replacement, src, regex = (a.val for a in join.rhs.args[1:])
+        assert (dst, src) == ("pool", "pool")
+
+        def relabel(value: str, regex: str = regex, replacement: str = replacement) -> str:
+            """``label_replace`` on one value: the regex anchored, ``$1`` its group."""
+            match = re.fullmatch(regex, value)
+            template = re.sub(r"\$(\d+)", r"\\g<\1>", replacement)
+            return value if match is None else match.expand(template)
+
+        for role in ROLES:
+            assert relabel(fleet_label("pd", role)) == "pd"
+        assert relabel(fleet_label("pd", None)) == "pd"  # a unified pool reads its own
+    assert read == {
+        "prescaler_against_hpa_saved_gpu_hours",
+        "prescaler_against_hpa_unserved_ratio",
+        "prescaler_against_hpa_short_minutes",
+        "prescaler_against_hpa_observed_hours",
+    }
+
+
 def test_grafana_can_load_it(dashboard: dict[str, Any]) -> None:
     assert dashboard["schemaVersion"] >= 39
     assert dashboard["uid"]
@@ -236,14 +317,40 @@ def test_the_checker_catches_an_unknown_metric_and_a_missing_pool_filter(
     broken["panels"].append(
         {**copy.deepcopy(next(p for p in panels(dashboard) if p.get("targets"))), "id": 999}
     )
+    relabel = 'label_replace({}, "pool", "$1", "pool", "(.+)/(?:prefill|decode)")'
+    role = 'prescaler_desired_replicas{namespace="$namespace",pool="$pool"}'
     broken["panels"][-1]["targets"] = [
         {"expr": 'prescaler_desired_replicas{namespace="$namespace"}', "refId": "Z"},
         {"expr": "sum(rate(prescaler_reconcile_errors_total[5m])", "refId": "Y"},
+        # Joins that do not tie the pool to the selected one.
+        {"expr": f"prescaler_standby_replicas and on (namespace) {relabel.format(role)}"},
+        {
+            "expr": "prescaler_shortfall_requests_per_second and on (namespace, pool) "
+            + relabel.format('prescaler_desired_replicas{namespace="$namespace"}')
+        },
+        {"expr": f"prescaler_forecast_age_seconds and on (namespace, pool) {role}"},
     ]
     found = problems(broken, exported)
     assert any("prescaler_gone_total is not a metric" in p for p in found)
     assert any('prescaler_desired_replicas is not filtered by pool="$pool"' in p for p in found)
     assert any("does not parse" in p for p in found)
+    for name in (
+        "prescaler_standby_replicas",
+        "prescaler_shortfall_requests_per_second",
+        "prescaler_forecast_age_seconds",
+    ):
+        assert any(f'{name} is not filtered by pool="$pool"' in p for p in found), name
+    # The whole pool's join is scoped, but still by namespace.
+    whole = f'x{{namespace="$namespace"}} and on (namespace, pool) {relabel.format(role)}'
+    assert not problems({"panels": [_panel(whole)]}, {**exported, "x": ("namespace", "pool")})
+    unscoped = f"prescaler_standby_replicas and on (namespace, pool) {relabel.format(role)}"
+    assert problems({"panels": [_panel(unscoped)]}, exported) == [
+        "panel 'x' A: prescaler_standby_replicas is not filtered by namespace=\"$namespace\""
+    ]
+
+
+def _panel(expr: str) -> dict[str, Any]:
+    return {"title": "x", "targets": [{"expr": expr, "refId": "A"}]}
 
 
 @pytest.mark.parametrize(
@@ -269,6 +376,14 @@ def test_selectors_are_found_wherever_promql_puts_them(expr: str, names: list[st
 def test_a_variable_outside_a_string_does_not_parse() -> None:
     with pytest.raises(ValueError, match="unexpected"):
         selectors("rate(x[$window])")
+
+
+def test_queries_are_sent_with_variables_substituted_and_capture_groups_as_written() -> None:
+    expr = 'label_replace(a{pool="$pool"}[$__rate_interval], "pool", "$1", "pool", "(.+)/x")'
+    sent = substitute(expr, {"pool": "pd/x"}, {"rate_interval": "1m"})
+    assert sent == 'label_replace(a{pool="pd/x"}[1m], "pool", "$1", "pool", "(.+)/x")'
+    with pytest.raises(KeyError, match="no value for"):
+        substitute('a{pool="${pol}"}', {"pool": "pd"}, {})
 
 
 def test_variable_functions_are_unwrapped() -> None:

@@ -7,9 +7,13 @@ import asyncio
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+import pytest
+
+from prescaler.api import AgainstHpaStatus, AgainstHpaWindow
 from prescaler.controller.forecast import ForecastHub
 from prescaler.controller.model import PoolObject
 from prescaler.controller.reconcile import Reconciler
+from prescaler.controller.status import roles_against_hpa, roles_window
 from prescaler.kube import (
     FIELD_MANAGER,
     FieldWriter,
@@ -156,3 +160,105 @@ def test_a_hand_scale_of_one_role_is_reverted_for_that_role_alone() -> None:
     change = next(x for x in status["conditions"] if x["type"] == "ExternalChange")
     assert change["status"] == "True"
     assert change["message"].startswith("decode: ")
+
+
+# ------------------------------------------------------------------ the value report
+HOUR = 3600.0
+
+
+def _bucket(hours_ago: int, seconds: float = HOUR, **counters: float) -> dict[str, Any]:
+    start = (NOW // HOUR - hours_ago) * HOUR
+    return {"start": start, "seconds": seconds, **counters}
+
+
+def _kept(*hours: dict[str, Any]) -> dict[str, Any]:
+    """A role's comparison as a previous operator left it in the status."""
+    return {"clock": NOW - 15, "hpa": {"ready": 1}, "hours": list(hours)}
+
+
+# Prefill counts prompt tokens, decode output tokens: ten times fewer here.
+PREFILL_HOURS = (
+    _bucket(2, demand=1e6, gpu_hours=8, standby_gpu_hours=1, unserved=1000, short_minutes=2,
+            hpa_gpu_hours=10, hpa_unserved=5000, hpa_short_minutes=6),
+    _bucket(1, demand=1e6, gpu_hours=8, hpa_gpu_hours=10),
+)  # fmt: skip
+DECODE_HOURS = (
+    _bucket(1, seconds=1800, demand=1e5, gpu_hours=4, unserved=20, short_minutes=3,
+            hpa_gpu_hours=5, hpa_unserved=100, hpa_short_minutes=4),
+)  # fmt: skip
+
+
+def test_a_disaggregated_pool_reports_its_roles_comparisons_added_up() -> None:
+    c = Cluster()
+    spec = {**SPEC, "forecast": {"prometheus": {"url": "http://127.0.0.1:1"}}}
+    c.status = {
+        "roles": {
+            "prefill": {"againstHpa": _kept(*PREFILL_HOURS)},
+            "decode": {"againstHpa": _kept(*DECODE_HOURS)},
+        }
+    }
+    c.now += 5  # nothing listens on port 1: no demand is read, the counters stand
+    pool = PoolObject("ns", "pd", "uid-1", 1, spec, c.status)
+    status = asyncio.run(c.rec.reconcile(pool))
+    roles = [status["roles"][r]["againstHpa"] for r in ("prefill", "decode")]
+    total = status["againstHpa"]
+    for window in ("last24Hours", "last7Days"):
+        mine, theirs = total[window], [r[window] for r in roles]
+        for key in ("gpuHours", "standbyGpuHours", "hpaGpuHours", "savedGpuHours"):
+            assert mine[key] == pytest.approx(sum(w[key] for w in theirs)), key
+        assert mine == {
+            "observedHours": 0.5,  # decode was compared for half an hour
+            "gpuHours": 20.0,
+            "standbyGpuHours": 1.0,
+            "hpaGpuHours": 25.0,
+            "savedGpuHours": 5.0,
+            "savedPercent": 20.0,  # of the summed HPA GPU-hours
+            "unservedFraction": 0.0005,  # prefill's 1000 of 2e6, over decode's 20 of 1e5
+            "hpaUnservedFraction": 0.0025,  # prefill's 5000 of 2e6
+            "shortMinutes": 3,  # decode's
+            "hpaShortMinutes": 6,  # prefill's
+        }
+    # The column `kubectl get -o wide` shows, and nothing of a shadow of its own.
+    assert total["summary"] == "5.0 GPU-h (20%)"
+    assert set(total) == {"basis", "summary", "last24Hours", "last7Days"}
+    # The pool's metrics, under its own name beside its roles'.
+    assert (_saved(c, "pd"), _saved(c, "pd/prefill"), _saved(c, "pd/decode")) == (5, 4, 1)
+    shadow = "prescaler_shadow_hpa_replicas"
+    assert c.metrics.registry.get_sample_value(shadow, {"namespace": "ns", "pool": "pd"}) is None
+    assert c.metrics.registry.get_sample_value(shadow, {"namespace": "ns", "pool": "pd/decode"})
+    c.rec.forget(pool)
+    assert _saved(c, "pd") is None
+
+
+def _saved(c: Cluster, pool: str) -> float | None:
+    labels = {"namespace": "ns", "pool": pool, "window": "24h"}
+    return c.metrics.registry.get_sample_value("prescaler_against_hpa_saved_gpu_hours", labels)
+
+
+def test_the_pool_sum_needs_every_role_and_takes_the_worse_roles_service() -> None:
+    day = AgainstHpaWindow(
+        observed_hours=24, gpu_hours=10, standby_gpu_hours=0, hpa_gpu_hours=8,
+        saved_gpu_hours=-2, saved_percent=-25, unserved_fraction=None,
+        hpa_unserved_fraction=None, short_minutes=0, hpa_short_minutes=0,
+    )  # fmt: skip
+    busy = day.model_copy(update={"unserved_fraction": 0.01, "hpa_unserved_fraction": 0.02})
+    both = roles_window([day, busy])
+    assert both is not None
+    assert (both.gpu_hours, both.hpa_gpu_hours, both.saved_gpu_hours) == (20, 16, -4)
+    assert both.saved_percent == -25
+    # A role without demand in the window has no share: the other's stands.
+    assert (both.unserved_fraction, both.hpa_unserved_fraction) == (0.01, 0.02)
+    quiet = roles_window([day, day])
+    assert quiet is not None
+    assert quiet.unserved_fraction is None
+    assert roles_window([day, None]) is None
+    idle = day.model_copy(update={"gpu_hours": 0, "hpa_gpu_hours": 0, "saved_gpu_hours": 0})
+    unused = roles_window([idle, idle])
+    assert unused is not None
+    assert unused.saved_percent is None
+    kept = AgainstHpaStatus(last24_hours=day, last7_days=day)
+    assert roles_against_hpa([kept, None]) is None  # a role without a forecast
+    planned = roles_against_hpa([kept, kept.model_copy(update={"basis": "plan"})])
+    assert planned is not None
+    assert planned.basis == "plan"
+    assert planned.summary == "-4.0 GPU-h (-25%)"

@@ -384,7 +384,14 @@ class AgainstHpaHour(WireModel):
 
 
 class AgainstHpaWindow(WireModel):
-    """Prescaler against the shadow HPA over one rolling window."""
+    """Prescaler against the shadow HPA over one rolling window.
+
+    A disaggregated pool's sums its roles' GPU-hours (``savedPercent`` from the sums);
+    ``observedHours`` is the smaller of the roles' (the hours both were compared), and
+    the unserved shares and minutes short are the worse role's. Those two are lower bounds
+    for the pool: prefill and decode count demand in different tokens, so their shares do
+    not add up, and the status counts each role's short minutes without keeping which
+    minutes they were, so a minute both roles were short cannot be told from two."""
 
     observed_hours: float
     """Hours observed and scored in the window: the comparison's coverage."""
@@ -449,7 +456,11 @@ class AgainstHpaStatus(WireModel):
     """What prescaler saved against a reactive HPA on the same demand, live: GPU-hours,
     demand left unserved and minutes short, over the last 24 hours and 7 days. Estimates:
     the demand is what reached the real fleet (served plus the queue's growth where it was
-    saturated). Kept here so a restarted or failed-over operator goes on counting."""
+    saturated). Kept here so a restarted or failed-over operator goes on counting.
+
+    A disaggregated pool's is its roles' sum and holds only ``basis``, ``summary`` and the
+    two windows: each role runs its own shadow HPA, whose state and counters are under
+    ``roles.<role>.againstHpa``."""
 
     basis: Literal["fleet", "plan"] = "fleet"
     """Prescaler's side: its real fleet, or in dry run its plan's fleet, simulated with the
@@ -460,25 +471,26 @@ class AgainstHpaStatus(WireModel):
     """The last 24 hours."""
     last7_days: AgainstHpaWindow | None = None
     """The last 7 days."""
-    hpa: ShadowHpaStatus = Field(default_factory=ShadowHpaStatus)
-    """The shadow HPA now."""
+    hpa: ShadowHpaStatus | None = None
+    """The shadow HPA now (a disaggregated pool's sum has none: see its roles')."""
     plan_fleet: ShadowFleetStatus | None = None
     """Dry run: the plan's simulated fleet."""
     clock: float | None = None
     """The shadow's last sync (unix seconds)."""
-    queue: float = 0.0
+    queue: float | None = None
     """Prescaler's estimated queue (demand units)."""
-    hpa_queue: float = 0.0
+    hpa_queue: float | None = None
     """The shadow HPA's estimated queue."""
     minute: float | None = None
     """The minute being counted (unix seconds)."""
-    short: bool = False
+    short: bool | None = None
     """Prescaler was short in ``minute`` so far."""
-    hpa_short: bool = False
+    hpa_short: bool | None = None
     """The shadow HPA was short in ``minute`` so far."""
-    hours: list[AgainstHpaHour] = Field(default_factory=list, max_length=170)
+    hours: list[AgainstHpaHour] | None = Field(default=None, max_length=170)
     """The counters of the last 7 days, oldest first: one bucket per hour for the last 24
-    hours, one per UTC day before them."""
+    hours, one per UTC day before them (a disaggregated pool's sum has none: see its
+    roles')."""
 
 
 class FleetStatus(WireModel):
@@ -515,7 +527,8 @@ class FleetStatus(WireModel):
     risk: RiskStatus | None = None
     """The peak risk model's margin and calibration (pools with ``spec.forecast``)."""
     against_hpa: AgainstHpaStatus | None = None
-    """Prescaler against a shadow HPA on the same demand (pools with ``spec.forecast``)."""
+    """Prescaler against a shadow HPA on the same demand (pools with ``spec.forecast``). A
+    disaggregated pool has one per role, and at the top level their sum (the windows only)."""
     next_window: WindowStatus | None = None
     """The scheduled window in progress or next."""
     standby: StandbyStatus | None = None

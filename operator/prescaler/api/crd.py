@@ -52,7 +52,10 @@ PRINTER_COLUMNS: list[dict[str, Any]] = [
         "name": "Saved vs HPA",
         "type": "string",
         "jsonPath": ".status.againstHpa.summary",
-        "description": "GPU-hours saved against a shadow HPA on the same demand, last 24 hours",
+        "description": (
+            "GPU-hours saved against a shadow HPA on the same demand, last 24 hours"
+            " (a disaggregated pool: its roles together)"
+        ),
         "priority": 1,
     },
     {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},

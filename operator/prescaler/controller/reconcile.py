@@ -357,6 +357,7 @@ class Reconciler:
                 status = combine_roles(
                     previous, {r: st for r, (st, _) in done.items()}, now, pool.generation
                 )
+                self.metrics.set_against_hpa(pool.namespace, pool.name, status.against_hpa)
                 assessment = degradation.combine(previous, {r: a for r, (_, a) in done.items()})
             published = await self._publish_degradation(pool, spec, assessment, previous)
             status = status.model_copy(

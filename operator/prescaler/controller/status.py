@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from typing import Any, Literal
@@ -341,20 +341,21 @@ def shadow_state(previous: AgainstHpaStatus | None) -> ShadowState:
     """The comparison's state from the last status (none: it starts afresh)."""
     if previous is None:
         return ShadowState()
-    hpa = previous.hpa
+    hpa = previous.hpa or ShadowHpaStatus()  # a disaggregated pool's sum has no state
     plan = previous.plan_fleet
+    hours = sorted(previous.hours or (), key=lambda h: h.start)
     return ShadowState(
         clock=previous.clock,
         hpa=ShadowFleet(hpa.ready, tuple(sorted(hpa.starting))),
         planned=None if plan is None else ShadowFleet(plan.ready, tuple(sorted(plan.starting))),
         recommendations=tuple((r.at, r.replicas) for r in hpa.recommendations),
         metric_ready=tuple(hpa.metric_ready),
-        queue=previous.queue,
-        hpa_queue=previous.hpa_queue,
+        queue=previous.queue or 0.0,
+        hpa_queue=previous.hpa_queue or 0.0,
         minute=previous.minute,
-        short=previous.short,
-        hpa_short=previous.hpa_short,
-        hours=tuple(Hour(**h.model_dump()) for h in sorted(previous.hours, key=lambda h: h.start)),
+        short=bool(previous.short),
+        hpa_short=bool(previous.hpa_short),
+        hours=tuple(Hour(**h.model_dump()) for h in hours),
     )
 
 
@@ -365,16 +366,13 @@ def against_hpa_status(
     the hourly counters (rounded: it is written every reconcile)."""
     windows = {name: window_status(compare(state, now, name, span)) for name, span in WINDOWS}
     day = windows["24h"]
-    summary = f"{day.saved_gpu_hours:.1f} GPU-h"
-    if day.saved_percent is not None:
-        summary += f" ({day.saved_percent:.0f}%)"
 
     def fleet(f: ShadowFleet) -> dict[str, Any]:
         return {"ready": f.ready, "starting": [round(t, 3) for t in f.starting]}
 
     return AgainstHpaStatus(
         basis="plan" if state.planned is not None else "fleet",
-        summary=summary,
+        summary=against_hpa_summary(day),
         last24_hours=day,
         last7_days=windows["7d"],
         hpa=ShadowHpaStatus(
@@ -400,6 +398,14 @@ def against_hpa_status(
             for h in state.hours
         ],
     )
+
+
+def against_hpa_summary(day: AgainstHpaWindow) -> str:
+    """The one line of ``kubectl get -o wide``: GPU-hours saved over the last 24 hours."""
+    summary = f"{day.saved_gpu_hours:.1f} GPU-h"
+    if day.saved_percent is not None:
+        summary += f" ({day.saved_percent:.0f}%)"
+    return summary
 
 
 def window_status(c: Comparison) -> AgainstHpaWindow:
@@ -891,7 +897,8 @@ def combine_roles(
 ) -> InferencePoolStatus:
     """A disaggregated pool's status from its roles': each role's under ``roles``, the
     replica counts summed (every replica holds GPUs), each condition its worst role's
-    (message prefixed with the role), and a one-line summary for ``kubectl get``."""
+    (message prefixed with the role), a one-line summary for ``kubectl get``, and the
+    roles' comparisons with a shadow HPA added up (:func:`roles_against_hpa`)."""
     ordered = [(r, roles[r]) for r in ROLES if r in roles]
     updates: list[ConditionUpdate] = []
     for type_ in CONDITION_TYPES:
@@ -932,7 +939,60 @@ def combine_roles(
         last_scale_down_time=latest("last_scale_down_time"),
         roles=RolesStatus(prefill=fleets.get("prefill"), decode=fleets.get("decode")),
         role_summary=summary[:256],
+        against_hpa=roles_against_hpa([st.against_hpa for _, st in ordered]),
     )
+
+
+def roles_against_hpa(roles: Sequence[AgainstHpaStatus | None]) -> AgainstHpaStatus | None:
+    """A disaggregated pool's comparison with a shadow HPA: its roles' windows added up
+    (:func:`roles_window`), for ``kubectl get`` and the pool's metrics. The shadows' state
+    and hourly counters stay each role's. ``None`` unless every role has a comparison."""
+    known = [r for r in roles if r is not None]
+    if not known or len(known) < len(roles):
+        return None
+    day = roles_window([r.last24_hours for r in known])
+    return AgainstHpaStatus(
+        basis="plan" if any(r.basis == "plan" for r in known) else "fleet",
+        summary=against_hpa_summary(day) if day is not None else "",
+        last24_hours=day,
+        last7_days=roles_window([r.last7_days for r in known]),
+    )
+
+
+def roles_window(windows: Sequence[AgainstHpaWindow | None]) -> AgainstHpaWindow | None:
+    """The roles' windows as one: GPU-hours summed and the saving recomputed from the sums;
+    the hours both were compared; the worse role's unserved share and minutes short.
+
+    The last two are lower bounds of the pool's. The roles count demand in different
+    tokens (prompt, output), so a share of their summed demand would weigh each role by
+    its tokens per request; a request that waited in either role waited, so the worse
+    role's share is the least the pool's can be. Each role counts its short minutes, not
+    which minutes they were, so a minute both were short cannot be told from two: the
+    worse role's count is the least number of minutes some role was short. ``None`` unless
+    every role has the window."""
+    known = [w for w in windows if w is not None]
+    if not known or len(known) < len(windows):
+        return None
+    gpu_hours = sum(w.gpu_hours for w in known)
+    hpa_gpu_hours = sum(w.hpa_gpu_hours for w in known)
+    saved = hpa_gpu_hours - gpu_hours
+    return AgainstHpaWindow(
+        observed_hours=min(w.observed_hours for w in known),
+        gpu_hours=round(gpu_hours, 4),
+        standby_gpu_hours=round(sum(w.standby_gpu_hours for w in known), 4),
+        hpa_gpu_hours=round(hpa_gpu_hours, 4),
+        saved_gpu_hours=round(saved, 4),
+        saved_percent=round(100 * saved / hpa_gpu_hours, 2) if hpa_gpu_hours > 0 else None,
+        unserved_fraction=_worst(w.unserved_fraction for w in known),
+        hpa_unserved_fraction=_worst(w.hpa_unserved_fraction for w in known),
+        short_minutes=max(w.short_minutes for w in known),
+        hpa_short_minutes=max(w.hpa_short_minutes for w in known),
+    )
+
+
+def _worst(shares: Iterable[float | None]) -> float | None:
+    """The largest share known (``None``: no role had demand)."""
+    return max((s for s in shares if s is not None), default=None)
 
 
 def invalid_status(
