@@ -103,13 +103,10 @@ class Loops(Generic[T]):
     async def stop(self, key: str) -> None:
         """End ``key``'s loop (no-op if it has none): at once while it waits for its next
         tick, after the tick while one runs. Returns when the loop has ended."""
-        loop = self._loops.pop(key, None)
-        if loop is None or loop.task is None:
-            return
-        loop.stopped = True
-        if not loop.ticking:
-            loop.task.cancel()
-        await asyncio.wait([loop.task])
+        loop = self._loops.get(key)
+        self.discard(key)
+        if loop is not None and loop.task is not None:
+            await asyncio.wait([loop.task])
 
     async def close(self) -> None:
         """Cancel every loop, running ticks included, and wait for them to end; later
