@@ -71,8 +71,7 @@ from prescaler.controller.status import (
     recent_targets,
     risk_status,
     role_previous,
-    shadow_setup,
-    shadow_state,
+    shadow_of,
     shortfall,
     status_ops,
     status_patch,
@@ -404,16 +403,19 @@ class Reconciler:
             warmup = await prewarm.pool_condition(pool, spec, gathered.workload, previous)
         examined = external.examine(spec, pool.generation, previous, gathered, now)
         previous = examined.previous
-        risk, sizing, objective = None, None, None
+        risk, sizing, objective, shadow = None, None, None, None
         if spec.forecast is not None:
             objective = risk_objective(spec)
             ready = gathered.workload.ready_replicas
-            shadow = None
-            if objective.relative:
-                setup, _ = shadow_setup(spec, capacity, gathered.cold_start.seconds, gathered.hpa)
-                shadow = (shadow_state(previous.against_hpa), setup)
+            shadow = shadow_of(previous.against_hpa, spec, capacity, gathered)
             risk = learn_risk(
-                previous.risk, objective, now, gathered.snapshot, capacity, ready, shadow
+                previous.risk,
+                objective,
+                now,
+                gathered.snapshot,
+                capacity,
+                ready,
+                shadow if objective.relative else None,
             )
             sizing = risk_sizing(risk, objective)
         decision = decide(
@@ -446,10 +448,8 @@ class Reconciler:
                     else None
                 ),
                 "against_hpa": (
-                    learn_against_hpa(
-                        previous.against_hpa, spec, gathered, capacity, decision, standby, now
-                    )
-                    if spec.forecast is not None
+                    learn_against_hpa(shadow, spec, gathered, capacity, decision, standby, now)
+                    if shadow is not None
                     else None
                 ),
             }

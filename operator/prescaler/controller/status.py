@@ -10,7 +10,7 @@ import math
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 from prescaler.api import (
     CONDITION_TYPES,
@@ -229,7 +229,7 @@ def learn_risk(
     snapshot: Snapshot | None,
     capacity: CapacityModel,
     ready_replicas: int,
-    shadow: tuple[ShadowState, ShadowSetup] | None = None,
+    shadow: Shadow | None = None,
 ) -> PeakRisk:
     """The risk model after this reconcile's observation: what arrives (served plus the
     queue's growth: a full fleet's served rate hides demand), against what the ready
@@ -246,7 +246,8 @@ def learn_risk(
     ready = ready_replicas * capacity.replica_requests_per_second
     hpa_ready = hpa_waiting = None
     if shadow is not None:
-        hpa_ready, hpa_waiting = hpa_ready_capacity(*shadow), shadow[0].hpa_queue
+        hpa_ready = hpa_ready_capacity(shadow.state, shadow.setup)
+        hpa_waiting = shadow.state.hpa_queue
     return observe_risk(risk, objective, now, arriving, ready, waiting, hpa_ready, hpa_waiting)
 
 
@@ -425,8 +426,27 @@ def window_status(c: Comparison) -> AgainstHpaWindow:
     )
 
 
-def learn_against_hpa(
+class Shadow(NamedTuple):
+    """The shadow HPA as of the last status: its state, its fleet and where its target
+    came from (read once per reconcile: the risk model and the comparison share it)."""
+
+    state: ShadowState
+    setup: ShadowSetup
+    target_from: str
+
+
+def shadow_of(
     previous: AgainstHpaStatus | None,
+    spec: InferencePoolSpec,
+    capacity: CapacityModel,
+    gathered: Gathered,
+) -> Shadow:
+    setup, target_from = shadow_setup(spec, capacity, gathered.cold_start.seconds, gathered.hpa)
+    return Shadow(shadow_state(previous), setup, target_from)
+
+
+def learn_against_hpa(
+    shadow: Shadow,
     spec: InferencePoolSpec,
     gathered: Gathered,
     capacity: CapacityModel,
@@ -436,10 +456,9 @@ def learn_against_hpa(
 ) -> AgainstHpaStatus:
     """The comparison with a shadow HPA after this reconcile (see
     :mod:`prescaler.backtest._shadow`): the last status's counters, one more observation."""
-    setup, target_from = shadow_setup(spec, capacity, gathered.cold_start.seconds, gathered.hpa)
     seen = shadow_observed(spec, gathered, capacity, decision, standby, now)
-    state = shadow_step(shadow_state(previous), setup, seen)
-    return against_hpa_status(state, setup, target_from, now)
+    state = shadow_step(shadow.state, shadow.setup, seen)
+    return against_hpa_status(state, shadow.setup, shadow.target_from, now)
 
 
 def idle_since(
