@@ -91,6 +91,10 @@ class ReconcileSettings:
     and replaced so the jobs queued behind it run on, and it is retried later. A fit in a
     thread (``forecast_workers`` 0) cannot be killed: its series is not fitted again until
     it returns."""
+    calibration_timeout_seconds: float = 600.0
+    """How long the replay of a new pool's history (which seeds its risk model, condition
+    RiskCalibrated) may run in its fit process before it is abandoned, its process
+    killed, and the pool calibrates on its own lookaheads (retried after as long)."""
     fit_queue_limit: int = 4096
     """Selection and fit jobs the fit queue holds at most (one per shared demand series)."""
     first_fit_spread_seconds: float = 60.0
@@ -150,6 +154,7 @@ class OperatorSettings:
         for label, timeout in (
             ("forecast model timeout", self.reconcile.forecast_model_timeout_seconds),
             ("forecast fit timeout", self.reconcile.forecast_fit_timeout_seconds),
+            ("calibration timeout", self.reconcile.calibration_timeout_seconds),
         ):
             if not timeout > 0:
                 raise ValueError(f"{label} must be > 0 seconds")

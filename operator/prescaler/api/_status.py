@@ -18,6 +18,7 @@ ConditionType = Literal[
     "Invalid",
     "ExternalChange",
     "Prewarm",
+    "RiskCalibrated",
 ]
 CONDITION_TYPES: tuple[ConditionType, ...] = (
     "Ready",
@@ -29,6 +30,7 @@ CONDITION_TYPES: tuple[ConditionType, ...] = (
     "Invalid",
     "ExternalChange",
     "Prewarm",
+    "RiskCalibrated",
 )
 MAX_FORECAST_POINTS = 12
 
@@ -352,6 +354,13 @@ class RiskStatus(WireModel):
     peak_demand: float | None = None
     """The largest demand observed lately (fading toward the typical demand, in the plan's
     unit): the margin never sizes for more than twice it."""
+    seeded_from: Literal["history"] | None = None
+    """``history``: the calibration started from a replay of the pool's own demand
+    history through the same planner (a new pool, or a status lost), not from nothing."""
+    seeded_hours: float | None = None
+    """Hours of history the seed replayed (after the forecaster's warm-up)."""
+    seeded_at: float | None = None
+    """When the seed was taken (unix seconds)."""
 
 
 class AgainstHpaHour(WireModel):
@@ -471,6 +480,11 @@ class AgainstHpaStatus(WireModel):
     """The last 24 hours."""
     last7_days: AgainstHpaWindow | None = None
     """The last 7 days."""
+    from_history: AgainstHpaWindow | None = None
+    """An estimate from the replay of the pool's own history that seeded its risk model
+    (``status.risk.seededFrom``): prescaler's planner and the HPA on the same past demand,
+    simulated. Not the live shadow: it stands until the live windows have hours of their
+    own, and is kept for reference."""
     hpa: ShadowHpaStatus | None = None
     """The shadow HPA now (a disaggregated pool's sum has none: see its roles')."""
     plan_fleet: ShadowFleetStatus | None = None

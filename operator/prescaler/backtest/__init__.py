@@ -16,11 +16,20 @@ Module map:
   live observations, and its hourly comparison with prescaler's fleet
 * ``_roles``    - a disaggregated fleet: both roles' replays scored as one, and the
   time-shared unified replica it is compared with
+* ``_calibrate`` - a new pool's risk model calibrated by replaying its own history, and
+  its first comparison with the HPA (what the operator seeds a pool with)
 * ``_run``      - the entry point: a pool's spec, a demand and policy names to a result
   (:func:`backtest`), which every replay shares (trace files, a pool's Prometheus history,
   the demo's HPA comparison, the benchmarks)
 """
 
+from prescaler.backtest._calibrate import (
+    REPLAY_SECONDS,
+    HistoryCalibration,
+    calibrate_from_history,
+    history_demand,
+    replay_span,
+)
 from prescaler.backtest._demand import Demand, demand_from_trace, role_demand
 from prescaler.backtest._fleet import Fleet, cold_start_steps, replicas_needed, short_of
 from prescaler.backtest._levels import (
@@ -112,6 +121,7 @@ __all__ = [
     "HPA_TARGET",
     "PERSISTENCE_K",
     "POLICIES",
+    "REPLAY_SECONDS",
     "SMOOTHED_ORACLE_K",
     "SMOOTHED_WINDOW_MINUTES",
     "WARM_START_SECONDS",
@@ -128,6 +138,7 @@ __all__ = [
     "FleetConfig",
     "FleetSignals",
     "Forecaster",
+    "HistoryCalibration",
     "Hour",
     "LeadStats",
     "Observation",
@@ -151,12 +162,14 @@ __all__ = [
     "backtest",
     "backtest_roles",
     "build_policies",
+    "calibrate_from_history",
     "check_policies",
     "cold_start_steps",
     "compare",
     "degradation_setup",
     "demand_from_trace",
     "fluid_queue",
+    "history_demand",
     "hpa_ready_capacity",
     "lead_times",
     "oracle_replicas",
@@ -167,6 +180,7 @@ __all__ = [
     "pool_fleet",
     "predictive_policy",
     "reactive_policy",
+    "replay_span",
     "replicas_needed",
     "role_demand",
     "run_backtest",

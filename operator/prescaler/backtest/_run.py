@@ -281,6 +281,7 @@ def predictive_policy(
                 max_replicas=config.max_replicas,
                 cold_start_seconds=cold_start,
                 gpus_per_replica=config.gpus_per_replica,
+                target=options.hpa_target,
             )
         )
     return PredictivePolicy(

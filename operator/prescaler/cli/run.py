@@ -83,6 +83,13 @@ def register(subparsers: Any) -> None:
         f"and its process replaced (default {defaults.forecast_fit_timeout_seconds:g})",
     )
     parser.add_argument(
+        "--calibration-timeout",
+        type=positive_float,
+        metavar="SECONDS",
+        help="how long the replay of a new pool's history, which seeds its risk model, may "
+        f"run before it is abandoned (default {defaults.calibration_timeout_seconds:g})",
+    )
+    parser.add_argument(
         "--liveness", metavar="URL", help="liveness endpoint, e.g. http://0.0.0.0:8081/healthz"
     )
     parser.add_argument("--verbose", action="store_true", help="kopf verbose logging")
@@ -129,6 +136,8 @@ def settings_from_args(args: argparse.Namespace) -> Any:
             )
         if args.forecast_fit_timeout is not None:
             reconcile = replace(reconcile, forecast_fit_timeout_seconds=args.forecast_fit_timeout)
+        if args.calibration_timeout is not None:
+            reconcile = replace(reconcile, calibration_timeout_seconds=args.calibration_timeout)
         settings = replace(settings, reconcile=reconcile)
         if args.liveness is not None:
             settings = replace(settings, liveness_endpoint=args.liveness)

@@ -40,6 +40,14 @@ from prescaler.api import (
 )
 from prescaler.capacity import ROLES, CapacityModel, Role
 from prescaler.controller import degradation, external
+from prescaler.controller.calibrate import (
+    CalibrationJob,
+    CalibrationView,
+    HistoryCalibrator,
+    needs_seed,
+    seeded,
+    with_history_seed,
+)
 from prescaler.controller.forecast import ForecastHub
 from prescaler.controller.model import (
     INVALID_REASONS,
@@ -55,6 +63,7 @@ from prescaler.controller.model import (
 )
 from prescaler.controller.prewarm import Prewarmer, with_prewarm_condition
 from prescaler.controller.status import (
+    Shadow,
     apply_merge_patch,
     combine_roles,
     compose_status,
@@ -189,6 +198,9 @@ class Reconciler:
     clock: Callable[[], float] = time.time
     prewarm: Prewarmer | None = None
     """Warm-up of new pods (``spec.prewarm``); without it the spec field is ignored."""
+    calibrator: HistoryCalibrator | None = None
+    """Replays of new pools' history that seed their risk model (``None``: a new pool
+    calibrates on its own lookaheads only)."""
     serving: Callable[[PoolObject], bool] = lambda _: True
     """Whether this replica still serves the pool (with shards: holds its shard's Lease,
     renewed within the renew deadline). Checked before the scale and the status write, so
@@ -232,6 +244,8 @@ class Reconciler:
                 cached[1].close()
             self._pods.pop(fleet_key(pool.uid, role), None)
             self.forecasts.forget(fleet_key(pool.uid, role))
+            if self.calibrator is not None:
+                self.calibrator.forget(fleet_key(pool.uid, role))
             self.metrics.forget(pool.namespace, fleet_label(pool.name, role))
         self._ensured.pop((pool.namespace, object_name(pool.name, ROLE_DEGRADATION)), None)
         self._kept.pop(pool.uid, None)
@@ -404,10 +418,13 @@ class Reconciler:
         examined = external.examine(spec, pool.generation, previous, gathered, now)
         previous = examined.previous
         risk, sizing, objective, shadow = None, None, None, None
+        seeding: CalibrationView | None = None
         if spec.forecast is not None:
             objective = risk_objective(spec)
             ready = gathered.workload.ready_replicas
             shadow = shadow_of(previous.against_hpa, spec, capacity, gathered)
+            seeding = self._history_seed(pool, role, spec, previous, capacity, gathered, shadow)
+            seed = seeding.seed if seeding is not None else None
             risk = learn_risk(
                 previous.risk,
                 objective,
@@ -416,6 +433,7 @@ class Reconciler:
                 capacity,
                 ready,
                 shadow if objective.relative else None,
+                seed=seeded(previous.risk, seed) if seed is not None else None,
             )
             sizing = risk_sizing(risk, objective)
         decision = decide(
@@ -454,6 +472,8 @@ class Reconciler:
                 ),
             }
         )
+        if objective is not None and role is None:
+            status = with_history_seed(status, previous, seeding, objective, now, pool.generation)
         status = external.record(status, spec, examined, change, decision, now, pool.generation)
         if prewarm is not None:
             status = with_prewarm_condition(status, warmup, now, pool.generation)
@@ -464,6 +484,39 @@ class Reconciler:
             pool.namespace, fleet_label(pool.name, role), status.against_hpa
         )
         return status, assessment
+
+    def _history_seed(
+        self,
+        pool: PoolObject,
+        role: Role | None,
+        spec: InferencePoolSpec,
+        previous: InferencePoolStatus,
+        capacity: CapacityModel,
+        gathered: Gathered,
+        shadow: Shadow,
+    ) -> CalibrationView | None:
+        """Where the pool's seed from history stands (see :mod:`.calibrate`): asked for
+        while its risk model was never seeded nor calibrated on its own lookaheads (a
+        unified pool; a role calibrates on its own). Never waits for the replay."""
+        key = fleet_key(pool.uid, role)
+        if self.calibrator is None or role is not None or spec.forecast is None:
+            return None
+        objective = risk_objective(spec)
+        cached = self._sources.get(key)
+        if not needs_seed(previous.risk, objective) or cached is None:
+            self.calibrator.forget(key)
+            return None
+        job = CalibrationJob(
+            spec=spec,
+            source=cached[1],
+            series_id=cached[0],
+            capacity=capacity,
+            cold_start_seconds=gathered.cold_start.seconds,
+            hpa_target=shadow.setup.target,
+            decision_seconds=self.interval_seconds,
+            min_seconds=objective.min_outcomes * self.interval_seconds,
+        )
+        return self.calibrator.request(key, job)
 
     # ------------------------------------------------------------------ gather
     async def _gather(

@@ -19,6 +19,7 @@ from pathlib import Path
 import kopf
 
 from prescaler.controller import handlers
+from prescaler.controller.calibrate import HistoryCalibrator
 from prescaler.controller.fits import FitProcesses
 from prescaler.controller.forecast import ForecastHub
 from prescaler.controller.prewarm import Prewarmer
@@ -89,10 +90,17 @@ class Runtime:
                 unclaimed_seconds=ps.unclaimed_seconds,
                 config_map_seconds=ps.config_map_seconds,
             )
+        calibrator = HistoryCalibrator(
+            io_executor=io_pool,
+            fit_processes=fit_pool,
+            timeout_seconds=rs.calibration_timeout_seconds,
+            retry_seconds=rs.calibration_timeout_seconds,
+        )
         reconciler = Reconciler(
             kube=kube,
             metrics=metrics,
             forecasts=hub,
+            calibrator=calibrator,
             io_executor=io_pool,
             prometheus_timeout_seconds=rs.prometheus_timeout_seconds,
             rate_window=rs.rate_window,
@@ -103,6 +111,8 @@ class Runtime:
 
     def close(self) -> None:
         self.reconciler.forecasts.close()
+        if self.reconciler.calibrator is not None:
+            self.reconciler.calibrator.close()
         if self.fit_pool is not None:
             self.fit_pool.shutdown()
         self.io_pool.shutdown(wait=False, cancel_futures=True)

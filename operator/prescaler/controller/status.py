@@ -230,14 +230,16 @@ def learn_risk(
     capacity: CapacityModel,
     ready_replicas: int,
     shadow: Shadow | None = None,
+    seed: PeakRisk | None = None,
 ) -> PeakRisk:
     """The risk model after this reconcile's observation: what arrives (served plus the
     queue's growth: a full fleet's served rate hides demand), against what the ready
     replicas serve, with the queue ahead (requests, counted in the demand's unit: a
     role's tokens), and against what the shadow HPA's ready replicas serve (``shadow``:
-    the comparison as of the last reconcile, for a relative objective). Missing data adds
-    nothing."""
-    risk = peak_risk(previous)
+    the comparison as of the last reconcile, for a relative objective). ``seed``: start
+    from it instead of the last status's (a calibration replayed from history). Missing
+    data adds nothing."""
+    risk = seed if seed is not None else peak_risk(previous)
     arriving = arriving_demand(snapshot, capacity)
     if snapshot is None or arriving is None:
         return risk
