@@ -14,6 +14,8 @@ every request to the upstream Prometheus, unless a fault is set with ``proxy.set
   answer, and every sample of an instant answer (a scrape gap at "now").
 * ``vanish``: every series gone: a successful answer with an empty result.
 
+``proxy.set(mode, only="/api/v1/query_range")`` applies the fault to the requests whose
+path starts with ``only`` (there, range queries: history) and passes the others.
 ``requests`` counts the requests answered per mode. Use it as a context manager, or call
 ``close()``: the listening socket and the serving thread are always released.
 """
@@ -81,6 +83,7 @@ class FaultProxy:
         self.slow_seconds = slow_seconds
         self.port = procs.free_port()
         self.mode: Mode = "pass"
+        self.only: str | None = None
         self.requests: Counter[str] = Counter()
         self._lock = threading.Lock()
         self._closing = threading.Event()
@@ -93,10 +96,13 @@ class FaultProxy:
         return f"http://127.0.0.1:{self.port}"
 
     # ------------------------------------------------------------------ control
-    def set(self, mode: Mode) -> None:
-        """Switch the fault; ``unreachable`` closes the port, any other mode reopens it."""
+    def set(self, mode: Mode, only: str | None = None) -> None:
+        """Switch the fault (on the paths starting with ``only``, if given); ``unreachable``
+        closes the port, any other mode reopens it."""
+        if mode == "unreachable" and only is not None:
+            raise ValueError("a closed port closes every path")
         with self._lock:
-            self.mode = mode
+            self.mode, self.only = mode, only
             if mode == "unreachable":
                 self._shutdown()
             elif self._server is None:
@@ -150,6 +156,8 @@ class FaultProxy:
 
     def _handle(self, handler: BaseHTTPRequestHandler, body: bytes | None) -> None:
         mode = self.mode
+        if self.only is not None and not handler.path.startswith(self.only):
+            mode = "pass"
         self.requests[mode] += 1
         if mode == "slow":
             self._closing.wait(self.slow_seconds)

@@ -128,6 +128,7 @@ from prescaler.planning import (
     remember_plan,
     risk_sizing,
 )
+from prescaler.settings import ReconcileSettings
 from prescaler.sources import (
     ROLE_DEMAND,
     MetricsUnavailable,
@@ -147,6 +148,9 @@ CHECKPOINT_PERIODS = 5
 """A status whose changes are only observations is written once in this many reconcile
 periods (kept in memory meanwhile; an operator that crashes loses at most that much of its
 learning, and one that stops writes it first)."""
+REPLAY_DECISION_SECONDS = ReconcileSettings().interval_seconds
+"""A replay of a new pool's history (its seed) plans at most this often: the operator's
+default period."""
 RECHECK_PERIODS = 10
 """A degradation ConfigMap whose content did not change is read back once in this many
 reconcile periods (else never, as long as its content stays)."""
@@ -506,6 +510,9 @@ class Reconciler:
         if not needs_seed(previous.risk, objective) or cached is None:
             self.calibrator.forget(key)
             return None
+        # The replay plans as often as the operator does, but at most every default period
+        # (a shorter period, as in tests, only multiplies the replay's work).
+        decision = max(self.interval_seconds, REPLAY_DECISION_SECONDS)
         job = CalibrationJob(
             spec=spec,
             source=cached[1],
@@ -513,8 +520,8 @@ class Reconciler:
             capacity=capacity,
             cold_start_seconds=gathered.cold_start.seconds,
             hpa_target=shadow.setup.target,
-            decision_seconds=self.interval_seconds,
-            min_seconds=objective.min_outcomes * self.interval_seconds,
+            decision_seconds=decision,
+            min_seconds=objective.min_outcomes * decision,
         )
         return self.calibrator.request(key, job)
 

@@ -90,9 +90,12 @@ class Runtime:
                 unclaimed_seconds=ps.unclaimed_seconds,
                 config_map_seconds=ps.config_map_seconds,
             )
+        # A replay is minutes of CPU at most: always in a (niced) process of its own, never
+        # in a thread beside the reconciles, also when fits run in threads.
+        calibrations = fit_pool or FitProcesses(1, nice=rs.fit_worker_nice)
         calibrator = HistoryCalibrator(
             io_executor=io_pool,
-            fit_processes=fit_pool,
+            fit_processes=calibrations,
             timeout_seconds=rs.calibration_timeout_seconds,
             retry_seconds=rs.calibration_timeout_seconds,
         )
@@ -111,8 +114,14 @@ class Runtime:
 
     def close(self) -> None:
         self.reconciler.forecasts.close()
-        if self.reconciler.calibrator is not None:
-            self.reconciler.calibrator.close()
+        calibrator = self.reconciler.calibrator
+        if calibrator is not None:
+            calibrator.close()
+            if (
+                calibrator.fit_processes is not None
+                and calibrator.fit_processes is not self.fit_pool
+            ):
+                calibrator.fit_processes.shutdown()
         if self.fit_pool is not None:
             self.fit_pool.shutdown()
         self.io_pool.shutdown(wait=False, cancel_futures=True)

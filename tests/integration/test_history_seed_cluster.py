@@ -1,0 +1,131 @@
+"""A new pool's risk model is seeded from its own history, read from a real Prometheus.
+
+Six hours of bursty vLLM history are backfilled (a burst of 5 x the base for five minutes
+in every half hour). A new pool over it has no calibration of its own: the operator
+replays the history through the planner off the reconcile path, and the pool's plans
+size with the margin the replay calibrated, long before its own lookaheads could have
+(its cold start is four minutes, so sixty of them take more than six). A pool whose
+history cannot be read (range queries answered 500 by a fault proxy, instant queries
+passed) still plans, and its condition says why.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pytest
+
+from cluster.faultproxy import FaultProxy
+from cluster.launcher import LocalCluster
+from cluster.objects import gpu_deployment
+from cluster.prometheus import Prometheus, vllm_samples
+from integration.operator_fixtures import (  # noqa: F401 (fixtures)
+    Kube,
+    crd_fixture,
+    running_operator,
+    wait_for,
+)
+
+pytestmark = [
+    pytest.mark.cluster,
+    pytest.mark.prometheus,
+    pytest.mark.slow,
+    pytest.mark.timeout(1800),
+]
+
+HOURS = 6
+PERIOD, BURST_SECONDS = 1800.0, 300.0
+BASE, BURST = 6.0, 30.0
+COLD_START = 240.0
+
+
+def _rate(t: float) -> float:
+    return BURST if t % PERIOD < BURST_SECONDS else BASE
+
+
+def _pool(url: str, namespace: str, target: str) -> dict[str, Any]:
+    return {
+        "target": {"name": target},
+        "minReplicas": 1,
+        "maxReplicas": 20,
+        "dryRun": True,
+        "model": {"tokensPerSecond": 3750},
+        "coldStart": {"mode": "fixed", "seconds": COLD_START},
+        "forecast": {
+            "prometheus": {"url": url},
+            "selector": f'namespace="{namespace}"',
+            "model": "recent_mean",
+            "lookbackSeconds": HOURS * 3600,
+            "stepSeconds": 60,
+            "horizonSeconds": 900,
+        },
+    }
+
+
+def test_a_new_pool_plans_with_a_margin_seeded_from_its_history_and_one_without_says_why(
+    cluster: LocalCluster,
+    crd: None,
+    kube: Any,
+    namespace: str,
+    prometheus: Prometheus,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("KUBECONFIG", str(cluster.kubeconfig))
+    k = Kube(kube, namespace)
+    now = time.time()
+    start = now - HOURS * 3600
+    times = [start + 15 * i for i in range(int((now + 3600 - start) // 15))]
+    prometheus.backfill(
+        vllm_samples(times, [_rate(t) for t in times], namespace=namespace, model_name="llm")
+    )
+    k.create_deployment(gpu_deployment("llm", 1))
+    k.create_deployment(gpu_deployment("blind", 1))
+    with FaultProxy(prometheus.url) as proxy:
+        proxy.set("http500", only="/api/v1/query_range")  # history, not the instant reads
+        k.create_pool("chat", _pool(prometheus.url, namespace, "llm"))
+        k.create_pool("blind", _pool(proxy.url, namespace, "blind"))
+        with running_operator(cluster, namespace, interval_seconds=2.0):
+            seeded = wait_for(
+                lambda: k.condition_is("chat", "RiskCalibrated", "True"),
+                900,
+                "pool chat calibrated",
+                interval=1.0,
+            )
+            status = k.status("chat")
+            blind = wait_for(
+                lambda: (
+                    k.condition_is("blind", "RiskCalibrated", "False")
+                    if (k.condition("blind", "RiskCalibrated") or {}).get("reason")
+                    == "HistoryUnavailable"
+                    else None
+                ),
+                600,
+                "pool blind's condition on its unreadable history",
+                interval=1.0,
+            )
+            blind_status = k.status("blind")
+        assert proxy.requests["http500"] > 0
+
+    # The first calibration the pool has is the replay's, not its own lookaheads'.
+    assert seeded["reason"] == "FromHistory"
+    risk = status["risk"]
+    assert risk["seededFrom"] == "history"
+    assert risk["seededHours"] == pytest.approx(HOURS / 2, abs=0.1)  # half: the rest warms up
+    assert risk["outcomes"] >= 60
+    assert risk["margin"] is not None  # the plan sized with the calibrated margin
+    assert len(risk["calibration"]) == 100  # the replay's scores, binned
+    assert sum(risk["calibration"]) > 0
+    estimate = status["againstHpa"]["fromHistory"]
+    assert estimate["observedHours"] == pytest.approx(HOURS / 2, abs=0.1)
+    assert estimate["hpaGpuHours"] > 0
+    assert estimate["gpuHours"] > 0
+    assert estimate["hpaShortMinutes"] > 0  # the HPA meets every burst a cold start late
+
+    # The pool without history plans all the same, on what it observes now.
+    assert "cannot be read" in blind["message"]
+    assert blind_status["desiredReplicas"] >= 1
+    assert blind_status.get("risk", {}).get("seededFrom") is None
+    metrics = k.condition("blind", "MetricsAvailable")
+    assert metrics is not None
+    assert metrics["status"] == "True"
