@@ -300,3 +300,61 @@ def test_a_model_that_does_not_fit_is_invalid_with_the_capacity_message() -> Non
     assert [e[:2] for e in kube.events] == [("Warning", "InvalidSpec")]
     assert kube.events[0][2] == invalid["message"]
     assert kube.calls == []
+
+
+def _queue_warning(waiting: int, level: str = "warning") -> Any:
+    from prescaler.planning import AdmissionPolicy, Assessment, DegradationState
+
+    return Assessment(
+        level=level,  # type: ignore[arg-type]
+        raw_level=level,  # type: ignore[arg-type]
+        state=DegradationState(level, NOW - 100),  # type: ignore[arg-type]
+        reasons=(f"queue {waiting} waiting on 2 serving replicas",),
+        signal_levels={"queue": level},  # type: ignore[dict-item]
+        shortfall=None,
+        admission=AdmissionPolicy(queue_depth_limit=40, retry_after_seconds=5),
+        changed=False,
+    )
+
+
+def test_the_degradation_config_map_is_not_rewritten_for_the_live_numbers_of_its_reasons() -> None:
+    # A queue held at warning changes its length at every reconcile: what gateways act
+    # on (level, admission, the signals raising it) does not, so nothing is written again
+    # until that changes, or until the ConfigMap is read back (then with fresh reasons).
+    from prescaler.api import InferencePoolStatus, parse_spec
+
+    kube = _kube()
+    clock = [NOW]
+    rec = Reconciler(
+        kube=kube,  # type: ignore[arg-type]
+        metrics=Metrics(),
+        forecasts=ForecastHub(metrics=Metrics(), executor=None),
+        clock=lambda: clock[0],
+        interval_seconds=15.0,
+    )
+    writes: list[str] = []
+    ensure = kube.ensure
+
+    async def counting(obj: dict[str, Any]) -> StandbyObservation:
+        writes.append(obj["data"]["reasons"])
+        return await ensure(obj)
+
+    kube.ensure = counting  # type: ignore[method-assign]
+    pool = PoolObject("ns", "pool", "uid-1", 1, _spec(), {})
+    spec = parse_spec(_spec())
+    previous = InferencePoolStatus()
+
+    def publish(assessment: Any) -> None:
+        asyncio.run(rec._publish_degradation(pool, spec, assessment, previous))
+        clock[0] += 15.0
+
+    for waiting in range(30, 38):  # 8 reconciles, 2 minutes: under the read-back period
+        publish(_queue_warning(waiting))
+    assert writes == ["queue 30 waiting on 2 serving replicas"]
+    publish(_queue_warning(60, "critical"))  # the level changes: written at once
+    assert len(writes) == 2
+    assert kube.objects["pool-degradation"]["data"]["level"] == "critical"
+    clock[0] += 10 * 15.0  # the read-back period: the live numbers are refreshed
+    publish(_queue_warning(61, "critical"))
+    assert writes[-1] == "queue 61 waiting on 2 serving replicas"
+    assert len(writes) == 3

@@ -8,6 +8,8 @@ only with the level or its policy, so an unchanged policy is never rewritten.
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Mapping
 from dataclasses import replace
 
@@ -184,6 +186,20 @@ def config_map_data(pool: str, status: DegradationStatus) -> dict[str, str]:
     }
     assert tuple(data) == CONFIG_MAP_KEYS
     return data
+
+
+def publish_key(data: dict[str, str], assessment: Assessment) -> str:
+    """What a write of the ConfigMap depends on: every key gateways act on (the level, its
+    start, the admission policy), and which signals stand above normal at which level, but
+    not the live numbers in ``reasons`` (a queue's length, a shortfall's tokens/s), which
+    change at every reconcile while a signal is raised. Those are refreshed when the
+    ConfigMap is read back (every few periods), and with any change of the key."""
+    acted_on = {k: v for k, v in data.items() if k != "reasons"}
+    raised = sorted(
+        (name, level) for name, level in assessment.signal_levels.items() if level != "normal"
+    )
+    text = json.dumps([acted_on, raised, len(assessment.reasons)], sort_keys=True)
+    return hashlib.sha256(text.encode()).hexdigest()
 
 
 def change_event(previous: InferencePoolStatus, assessment: Assessment) -> tuple[str, str, str]:

@@ -88,7 +88,6 @@ from prescaler.controller.status import (
 )
 from prescaler.kube import (
     DELETION_COST_ANNOTATION,
-    HASH_ANNOTATION,
     POOL_LABEL,
     ROLE_DEGRADATION,
     ROLE_HOT,
@@ -919,11 +918,13 @@ class Reconciler:
         name = object_name(pool.name, ROLE_DEGRADATION)
         if spec.degradation.config_map:
             body = degradation.degradation_status(assessment, name)
-            wanted = degradation_config_map(pool.ref, degradation.config_map_data(pool.name, body))
-            digest = wanted["metadata"]["annotations"][HASH_ANNOTATION]
+            data = degradation.config_map_data(pool.name, body)
+            wanted = degradation_config_map(pool.ref, data)
+            digest = degradation.publish_key(data, assessment)
             written = self._ensured.get((pool.namespace, name))
             now = self.clock()
-            # Written by this reconciler with this content lately: not read again each time.
+            # Written by this reconciler with what gateways act on lately: not read again
+            # (nor rewritten for the live numbers of its reasons) each time.
             if written is None or written[0] != digest or now - written[1] >= self._recheck:
                 await self.kube.ensure(wanted)
                 self._ensured[(pool.namespace, name)] = (digest, now)
