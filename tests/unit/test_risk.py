@@ -23,7 +23,7 @@ from prescaler.planning import (
     remember_plan,
     risk_sizing,
 )
-from prescaler.planning._risk import waiting_demand
+from prescaler.planning._risk import WEIGHT_CAP, Lookahead, demand_weight, waiting_demand
 from unit.fake_forecasts import Forecast, Point
 
 
@@ -95,11 +95,25 @@ def test_misses_raise_the_level_calm_lowers_it_and_no_objective_keeps_it() -> No
     missed = one_lookahead(PeakRisk(), obj, 0, 10, [20.0, 20.0])
     assert missed.level == pytest.approx(0.9 + 0.1 * (0.5 - 0.01))
     calm = one_lookahead(PeakRisk(), obj, 0, 10, [5.0, 8.0])
-    assert calm.level == pytest.approx(0.9 - 0.1 * 0.01)
+    # Weighted by its mean demand (6.5) over the typical demand when it ended (5).
+    assert calm.level == pytest.approx(0.9 - 0.1 * (6.5 / 5.0) * 0.01)
     fixed = objective(adapt_rate=0)
     assert one_lookahead(PeakRisk(), fixed, 0, 10, [20.0]).level is None
     top = objective(level=0.999, adapt_rate=1.0)
     assert one_lookahead(PeakRisk(), top, 0, 10, [50.0]).level == 0.999, "bounded"
+
+
+def test_a_busy_lookaheads_miss_moves_the_level_more_than_a_quiet_ones() -> None:
+    # The objective is a share of demand: the same share waiting in a lookahead twice as
+    # busy as usual is twice the demand, and moves the level twice as far (at most 4 x).
+    typical = Lookahead(start=0, end=10, base=10, sized=10, demand=30.0, seen=3)
+    assert demand_weight(typical, 10.0) == pytest.approx(1.0)
+    busy = Lookahead(start=0, end=10, base=10, sized=10, demand=60.0, seen=3)
+    assert demand_weight(busy, 10.0) == pytest.approx(2.0)
+    burst = Lookahead(start=0, end=10, base=10, sized=10, demand=3000.0, seen=3)
+    assert demand_weight(burst, 10.0) == WEIGHT_CAP
+    assert demand_weight(busy, None) == 1.0
+    assert demand_weight(busy, 0.0) == 1.0
 
 
 def test_over_time_the_share_that_waited_tracks_the_objective() -> None:
