@@ -140,7 +140,8 @@ def _parse(argv: Sequence[str]) -> argparse.Namespace:
 
 def sweep(name: str, trace_args: list[str], cold: int) -> list[Point]:
     from prescaler.api import ObjectiveSpec
-    from prescaler.backtest import build_policies, score, simulate
+    from prescaler.backtest import build_policies, reactive_policy, score, simulate
+    from prescaler.backtest._policies import KedaPolicy
     from prescaler.cli._backtest_spec import pool_spec, replay_options
     from prescaler.cli.backtest import prepare
 
@@ -192,6 +193,13 @@ def sweep(name: str, trace_args: list[str], cold: int) -> list[Point]:
         policy = replace(policy, forecaster=CachedForecaster(policy.forecaster, store))
         r = replay(policy)
         points.append(Point("predictive (served)", "served", f, False, *r))
+    # KEDA: the default plan as an external trigger beside a reactive one, the reactive
+    # trigger's target swept (one HPA, the larger recommendation wins).
+    for t in HPA_TARGETS:
+        planned = one("predictive", [])
+        planned = replace(planned, forecaster=CachedForecaster(planned.forecaster, store))
+        r = replay(KedaPolicy(planned, reactive_policy(prep.config, t)))
+        points.append(Point("keda", "target", t, t == 0.7, *r))
     print(f"{name} {cold}s: {time.perf_counter() - started:.0f} s", file=sys.stderr)
     return points
 
@@ -296,6 +304,7 @@ def plot(name: str, cold: int, points: list[Point], path: Path) -> None:
         "persistence": ("tab:gray", "s"),
         "predictive": ("tab:blue", "D"),
         "predictive (served)": ("tab:cyan", "d"),
+        "keda": ("tab:purple", "v"),
         "smoothed-oracle": ("tab:green", "^"),
     }
     for policy, (color, marker) in styles.items():
@@ -394,14 +403,42 @@ def section(results: list[tuple[str, int, list[Point], Path]]) -> str:
         "0.7 × or less), per policy:"
     )
     out.append("")
-    out.append("| trace | cold start | predictive | persistence | smoothed oracle | HPA |")
-    out.append("|---|---|---:|---:|---:|---:|")
+    out.append(
+        "| trace | cold start | predictive | keda (plan + reactive) | persistence "
+        "| smoothed oracle | HPA |"
+    )
+    out.append("|---|---|---:|---:|---:|---:|---:|")
     for name, cold, points, _ in results:
         cells = [
             _fmt(at_gpu(points, policy))
-            for policy in ("predictive", "persistence", "smoothed-oracle", "reactive")
+            for policy in ("predictive", "keda", "persistence", "smoothed-oracle", "reactive")
         ]
         out.append(f"| {name} | {cold} s | " + " | ".join(cells) + " |")
+    out.append("")
+    out.append(
+        "With KEDA (the default plan as an external trigger beside a reactive trigger at "
+        "target 0.7, one HPA taking the larger), against each alone:"
+    )
+    out.append("")
+    out.append(
+        "| trace | cold start | keda: unserved ÷ HPA | GPU-h ÷ HPA | prescaler alone: "
+        "unserved ÷ HPA | GPU-h ÷ HPA | keda's frontier ratio |"
+    )
+    out.append("|---|---|---:|---:|---:|---:|---:|")
+    for name, cold, points, _ in results:
+        hpa = next(p for p in points if p.policy == "reactive" and p.default)
+        k = next(p for p in points if p.policy == "keda" and p.default)
+        d = next(p for p in points if p.policy == "predictive" and p.default)
+        on_hpa = curve_at(points, "reactive", k.gpu_hours)
+
+        def share(x: float, hpa: Point = hpa) -> str:
+            return f"{x / hpa.unserved:.2f}" if hpa.unserved > 0 else "n/a"
+
+        ratio = _fmt(k.unserved / on_hpa if on_hpa else None)
+        out.append(
+            f"| {name} | {cold} s | {share(k.unserved)} | {k.gpu_hours / hpa.gpu_hours:.3f} "
+            f"| {share(d.unserved)} | {d.gpu_hours / hpa.gpu_hours:.3f} | {ratio} |"
+        )
     out.append("")
     for name, cold, points, path in results:
         oracle = next(p for p in points if p.policy == "oracle").gpu_hours

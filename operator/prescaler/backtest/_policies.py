@@ -183,7 +183,18 @@ class ReactivePolicy:
             return current
         return desired
 
-    def decide(self, obs: Observation) -> int:
+    def external_recommendation(self, current: int, replicas: int) -> int:
+        """``GetExternalPerPodMetricReplicas`` for an External metric whose value is a
+        replica count against an ``AverageValue`` target of 1 (a KEDA external trigger
+        answering a plan): the count, unless within the tolerance of ``current``."""
+        if current > 0 and self.within_tolerance(replicas / current):
+            return current
+        return replicas
+
+    def decide(self, obs: Observation, external: int | None = None) -> int:
+        """One sync of the controller. ``external``: a second metric's replica count (an
+        External metric, see :meth:`external_recommendation`); as Kubernetes does with
+        several metrics, the largest recommendation is the raw one."""
         current = obs.existing
         recs = self._recommendations
         if recs is None:  # recordInitialRecommendation: the first sight seeds the window
@@ -208,6 +219,9 @@ class ReactivePolicy:
             missing=obs.ready - with_metric,
             unready=max(0, current - obs.ready),
         )
+        if external is not None:
+            planned = self.external_recommendation(current, external)
+            raw = planned if raw is None else max(raw, planned)
         if raw is None:
             return current  # no metric at all: the controller keeps the count, records nothing
         # Stabilization: scale-up window 0 s (the raw value), scale-down window 300 s.
@@ -565,3 +579,37 @@ class PredictivePolicy:
         if self.on_plan is not None:
             self.on_plan(decision)
         return decision.desired_replicas
+
+
+@dataclass
+class KedaPolicy:
+    """prescaler as a KEDA external trigger beside a reactive one, as KEDA runs it: one HPA
+    with two metrics, the pool's plan (an External metric, its planned replicas against
+    an ``AverageValue`` target of 1) and the reactive trigger's per-pod load (the
+    :class:`ReactivePolicy`'s metric), each recommending, the largest winning, then the
+    HPA's own stabilization and rate limits. prescaler writes no replicas: its plan is
+    only what the trigger answers at each sync (the operator's last plan)."""
+
+    predictive: PredictivePolicy
+    reactive: ReactivePolicy
+    name: str = "keda"
+
+    @property
+    def interval_seconds(self) -> float:
+        return self.reactive.sync_seconds
+
+    @property
+    def standby(self) -> int:
+        return self.predictive.standby
+
+    @property
+    def drivers(self) -> dict[Driver, tuple[int, float]]:
+        return self.predictive.drivers
+
+    @property
+    def last_forecast(self) -> ForecastLike | None:
+        return self.predictive.last_forecast
+
+    def decide(self, obs: Observation) -> int:
+        plan = self.predictive.decide(obs)
+        return self.reactive.decide(obs, external=plan)

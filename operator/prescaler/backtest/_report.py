@@ -203,6 +203,7 @@ def write_plots(result: BacktestResult, path: str | Path, *, title: str = "") ->
     colors = {
         "reactive": "tab:red",
         "predictive": "tab:blue",
+        "keda": "tab:cyan",
         "oracle": "tab:green",
         "schedule-only": "tab:purple",
         "persistence": "tab:gray",

@@ -43,6 +43,7 @@ from prescaler.backtest._demand import Demand
 from prescaler.backtest._fleet import replicas_needed
 from prescaler.backtest._levels import DegradationSetup
 from prescaler.backtest._policies import (
+    KedaPolicy,
     OraclePolicy,
     PersistencePolicy,
     Policy,
@@ -61,7 +62,15 @@ from prescaler.capacity import CapacityModel, Role
 from prescaler.planning import ScheduledWindow, event_windows
 from prescaler.settings import ReconcileSettings
 
-POLICIES = ("reactive", "predictive", "oracle", "schedule-only", "persistence", "smoothed-oracle")
+POLICIES = (
+    "reactive",
+    "predictive",
+    "keda",
+    "oracle",
+    "schedule-only",
+    "persistence",
+    "smoothed-oracle",
+)
 """Every policy a backtest can replay, by name."""
 DEFAULT_POLICIES = ("reactive", "predictive", "oracle")
 """The brief's three: the HPA a user would pick instead, prescaler and the physical limit."""
@@ -170,7 +179,8 @@ def pool_fleet(
 def standby_max_replicas(spec: InferencePoolSpec, policies: Sequence[str]) -> int:
     """The predictive policy's standby bound, as the spec's placeholders set it (0 when
     the predictive policy does not run: only it has standby)."""
-    return scaling_policy(spec).standby_max_replicas if "predictive" in policies else 0
+    planned = "predictive" in policies or "keda" in policies
+    return scaling_policy(spec).standby_max_replicas if planned else 0
 
 
 def with_standby(
@@ -337,6 +347,17 @@ def build_policies(
                 raise ValueError("the schedule-only policy needs at least one scheduled window")
             built.append(
                 ScheduleOnlyPolicy(windows, capacity, config.min_replicas, config.max_replicas)
+            )
+        elif name == "keda":
+            # The plan as KEDA's external trigger beside the reactive one (the baseline's
+            # target): one HPA, the larger recommendation wins.
+            built.append(
+                KedaPolicy(
+                    predictive_policy(
+                        spec, demand, capacity=capacity, config=config, options=options
+                    ),
+                    reactive_policy(config, options.hpa_target),
+                )
             )
         else:
             built.append(
