@@ -238,6 +238,9 @@ class KubeApi(Protocol):
     async def list_custom_object_uids(
         self, group: str, version: str, plural: str, namespace: str | None
     ) -> set[str]: ...
+    async def get_custom_object(
+        self, group: str, version: str, plural: str, namespace: str, name: str
+    ) -> dict[str, Any]: ...
     async def delete_pod(self, namespace: str, name: str) -> None: ...
     async def read_secret(self, namespace: str, name: str) -> dict[str, str]: ...
     async def read_config_map(self, namespace: str, name: str) -> dict[str, str]: ...
@@ -494,6 +497,16 @@ class KubeClient:
         except NotFound:
             return None
         return str((obj.get("metadata") or {}).get("uid") or "") or None
+
+    async def get_custom_object(
+        self, group: str, version: str, plural: str, namespace: str, name: str
+    ) -> dict[str, Any]:
+        """A custom object as the API server has it (:class:`NotFound` if it does not
+        exist): a pool read by the KEDA scaler, a ScaledObject read by a reconcile."""
+        obj = await self._call(
+            self.custom.get_namespaced_custom_object, group, version, namespace, plural, name
+        )
+        return dict(obj or {})
 
     async def list_custom_object_uids(
         self, group: str, version: str, plural: str, namespace: str | None
