@@ -29,12 +29,15 @@ from urllib3.exceptions import HTTPError as TransportError
 
 from prescaler.kube._manifests import HASH_ANNOTATION, ROLE_LABEL
 from prescaler.kube._types import (
+    EXTERNAL_TRIGGERS,
+    KEDA_GROUP,
     FieldWriter,
     Hpa,
     KubeError,
     NotFound,
     ObjectRef,
     PodStart,
+    ScaledObject,
     StandbyObservation,
     Workload,
 )
@@ -154,6 +157,33 @@ def hpa_from(obj: dict[str, Any]) -> Hpa:
         target_name=ref.get("name", ""),
         min_replicas_writer=field_writer(obj, ("spec", "minReplicas")),
         target_utilization=hpa_target_share(spec.get("metrics"))[0],
+        scaled_object=next(
+            (
+                ref.get("name") or ""
+                for ref in meta.get("ownerReferences") or ()
+                if ref.get("kind") == "ScaledObject"
+                and str(ref.get("apiVersion", "")).startswith(f"{KEDA_GROUP}/")
+            ),
+            None,
+        ),
+    )
+
+
+def scaled_object_from(obj: dict[str, Any]) -> ScaledObject:
+    """A KEDA ScaledObject: what it scales, its HPA, and the pools its triggers name."""
+    meta, spec, status = obj.get("metadata", {}), obj.get("spec", {}), obj.get("status", {})
+    ref = spec.get("scaleTargetRef") or {}
+    pools: list[tuple[str | None, str]] = []
+    for trigger in spec.get("triggers") or ():
+        metadata = trigger.get("metadata") or {}
+        if trigger.get("type") in EXTERNAL_TRIGGERS and metadata.get("pool"):
+            pools.append((metadata.get("namespace") or None, str(metadata["pool"])))
+    return ScaledObject(
+        name=meta.get("name", ""),
+        target_kind=ref.get("kind") or "Deployment",
+        target_name=ref.get("name", ""),
+        hpa_name=(status or {}).get("hpaName") or None,
+        pools=tuple(pools),
     )
 
 

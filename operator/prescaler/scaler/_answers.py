@@ -122,9 +122,7 @@ def check_namespace(query: Query, allowed: Iterable[str]) -> None:
         )
 
 
-def answer(
-    query: Query, pool: Mapping[str, Any] | None, now: float, stale_seconds: float
-) -> Plan:
+def answer(query: Query, pool: Mapping[str, Any] | None, now: float, stale_seconds: float) -> Plan:
     """The plan KEDA scales to, from the pool object (``None``: not found), or why not.
 
     Refused: an unknown pool; a pool that does not declare KEDA's trigger as its way of

@@ -147,8 +147,7 @@ class ExternalScaler(pb_grpc.ExternalScalerServicer):
             if request.metricName and request.metricName != query.metric_name:
                 raise ScalerError(
                     "INVALID_ARGUMENT",
-                    f"metric {request.metricName!r} is not this trigger's "
-                    f"({query.metric_name!r})",
+                    f"metric {request.metricName!r} is not this trigger's ({query.metric_name!r})",
                 )
         except ScalerError as exc:
             await self._refuse("GetMetrics", exc, context)
