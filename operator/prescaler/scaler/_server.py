@@ -14,7 +14,7 @@ import time
 from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any, NoReturn, Protocol
 
 import grpc
 from grpc import aio
@@ -39,11 +39,17 @@ METHODS = ("IsActive", "StreamIsActive", "GetMetricSpec", "GetMetrics")
 """The calls served (``StreamMetricSpec`` is optional in KEDA's API: ``UNIMPLEMENTED``)."""
 
 
-class CallCounter:
-    """Where the servicer counts its calls (``prescaler_scaler_calls_total``)."""
+class CallCounter(Protocol):
+    """Where the servicer counts its calls (:class:`prescaler.metrics.Metrics`:
+    ``prescaler_scaler_calls_total``)."""
 
-    def count(self, method: str, outcome: str) -> None:
+    def scaler_call(self, method: str, outcome: str) -> None:
         """One call of ``method`` that ended in ``outcome`` (``ok`` or a gRPC code)."""
+
+
+class _Uncounted:
+    def scaler_call(self, method: str, outcome: str) -> None:
+        pass
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,7 +86,7 @@ class ExternalScaler(pb_grpc.ExternalScalerServicer):
         self.allowed = tuple(allowed_namespaces)
         self.stale_seconds = stale_seconds
         self.stream_seconds = stream_seconds
-        self.counter = counter or CallCounter()
+        self.counter: CallCounter = counter or _Uncounted()
         self.clock = clock
 
     async def plan(self, ref: pb.ScaledObjectRef) -> tuple[Query, Plan]:
@@ -91,7 +97,7 @@ class ExternalScaler(pb_grpc.ExternalScalerServicer):
         return query, answer(query, pool, self.clock(), self.stale_seconds)
 
     async def _refuse(self, method: str, exc: ScalerError, context: Context) -> NoReturn:
-        self.counter.count(method, exc.code.lower())
+        self.counter.scaler_call(method, exc.code.lower())
         log.info("%s refused (%s): %s", method, exc.code, exc.message)
         await context.abort(grpc.StatusCode[exc.code], exc.message)
         raise AssertionError("abort returns only by raising")
@@ -101,7 +107,7 @@ class ExternalScaler(pb_grpc.ExternalScalerServicer):
             _, plan = await self.plan(request)
         except ScalerError as exc:
             await self._refuse("IsActive", exc, context)
-        self.counter.count("IsActive", "ok")
+        self.counter.scaler_call("IsActive", "ok")
         return pb.IsActiveResponse(result=plan.active)
 
     async def StreamIsActive(
@@ -118,7 +124,7 @@ class ExternalScaler(pb_grpc.ExternalScalerServicer):
                 await self._refuse("StreamIsActive", exc, context)
             if plan.active != sent:
                 sent = plan.active
-                self.counter.count("StreamIsActive", "ok")
+                self.counter.scaler_call("StreamIsActive", "ok")
                 yield pb.IsActiveResponse(result=sent)
             await asyncio.sleep(self.stream_seconds)
 
@@ -133,7 +139,7 @@ class ExternalScaler(pb_grpc.ExternalScalerServicer):
             check_namespace(query, self.allowed)
         except ScalerError as exc:
             await self._refuse("GetMetricSpec", exc, context)
-        self.counter.count("GetMetricSpec", "ok")
+        self.counter.scaler_call("GetMetricSpec", "ok")
         spec = pb.MetricSpec(
             metricName=query.metric_name, targetSize=TARGET_SIZE, targetSizeFloat=TARGET_SIZE
         )
@@ -151,7 +157,7 @@ class ExternalScaler(pb_grpc.ExternalScalerServicer):
                 )
         except ScalerError as exc:
             await self._refuse("GetMetrics", exc, context)
-        self.counter.count("GetMetrics", "ok")
+        self.counter.scaler_call("GetMetrics", "ok")
         value = pb.MetricValue(
             metricName=query.metric_name,
             metricValue=plan.replicas,
