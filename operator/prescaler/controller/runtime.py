@@ -164,6 +164,14 @@ async def operate(
         prewarmer=prewarmer,
         shards=gate,
     )
+    if scaler is not None:
+        server = scaler[0]
+
+        # Before kopf cancels the tasks started after it (the scaler's calls among them).
+        @kopf.on.cleanup(registry=registry)
+        async def stop_scaler(**_: object) -> None:
+            await server.stop(SCALER_GRACE_SECONDS)
+
     try:
         await kopf.operator(
             registry=registry,
@@ -176,7 +184,7 @@ async def operate(
         )
     finally:
         if scaler is not None:
-            await scaler[0].stop(SCALER_GRACE_SECONDS)
+            await scaler[0].stop(None)  # stopped already, unless kopf never got to clean up
             scaler[1].close()
         # Warm-ups end first (their connections close), while the API is still reachable.
         if prewarmer is not None:
