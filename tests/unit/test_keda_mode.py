@@ -163,6 +163,7 @@ def test_keda_scaling_the_workload_is_never_an_external_change() -> None:
         )
         status = c.reconcile()
         assert c.condition("ExternalChange")["status"] == "False"
+        assert c.condition("ExternalChange")["reason"] == "KedaScales"
         assert "externalChange" not in status
         assert status["keda"]["workloadReplicas"] == replicas
     assert status["desiredReplicas"] == 3  # the plan paces from the plan, not from KEDA's 7

@@ -535,7 +535,8 @@ class FleetStatus(WireModel):
     desired_replicas: int | None = None
     """Replicas the plan asks for."""
     current_replicas: int | None = None
-    """Replicas (or HPA floor) before the plan was applied."""
+    """Replicas (or HPA floor; in ``kedaTrigger`` mode the plan last served to KEDA) before
+    the plan was applied."""
     ready_replicas: int | None = None
     """Ready replicas of the target."""
     plan: PlanStatus | None = None
@@ -562,8 +563,8 @@ class FleetStatus(WireModel):
     last_scale_down_time: str | None = Field(default=None, max_length=64)
     """Last scale-down (RFC 3339)."""
     applied_replicas: int | None = None
-    """Replicas (``hpaFloor``: HPA floor) the operator last set on the target or kept
-    there. The target holding another value, written by another field manager, is an
+    """Replicas (``hpaFloor``: HPA floor; ``kedaTrigger``: the plan served to KEDA) the
+    operator last set on the target or kept there. The target holding another value, written by another field manager, is an
     external change."""
     applied_target: str | None = Field(default=None, max_length=512)
     """The target ``appliedReplicas`` is about, ``<kind>/<name>``. When ``spec.target``

@@ -216,6 +216,14 @@ def record(
     holding = change is not None and change.action in ("Respected", "Paused")
     if spec.dry_run:
         update = ConditionUpdate("ExternalChange", "Unknown", "DryRun", "nothing is applied")
+    elif spec.mode == "kedaTrigger":
+        update = ConditionUpdate(
+            "ExternalChange",
+            "False",
+            "KedaScales",
+            "KEDA scales the workload to the largest of its triggers, the plan among them; "
+            "nothing it writes is an external change",
+        )
     elif examined.found is not None or holding:
         assert change is not None
         update = ConditionUpdate("ExternalChange", "True", change.action, describe(change, spec))
