@@ -171,6 +171,24 @@ def test_keda_scaling_the_workload_is_never_an_external_change() -> None:
     assert not [e for e in c.kube.events if e[0] == "Warning"]
 
 
+def test_keda_s_fallback_is_reported() -> None:
+    c = Cluster(_spec())
+    c.kube.scaled_object = {
+        **SCALED_OBJECT,
+        "status": {
+            "hpaName": "keda-hpa-llama-so",
+            "conditions": [
+                {"type": "Ready", "status": "True"},
+                {"type": "Active", "status": "True"},
+                {"type": "Fallback", "status": "True"},
+            ],
+        },
+    }
+    keda = c.reconcile()["keda"]
+    assert (keda["active"], keda["fallback"]) == (True, True)
+    assert "at its fallback" in keda["message"]
+
+
 def test_a_scaled_object_without_our_trigger_is_reported() -> None:
     c = Cluster(_spec())
     c.kube.scaled_object = {

@@ -99,6 +99,12 @@ class KedaStatus(WireModel):
     triggers: int = Field(ge=0)
     """The ScaledObject's ``external``/``external-push`` triggers that name this pool; 0
     means KEDA does not ask for the plan (see ``message``)."""
+    active: bool | None = None
+    """The ScaledObject's condition ``Active``, as KEDA reports it."""
+    fallback: bool | None = None
+    """The ScaledObject's condition ``Fallback``: true while KEDA holds
+    ``spec.fallback.replicas`` because a trigger keeps failing (this one, if the operator
+    cannot answer)."""
     message: str = Field(default="", max_length=1024)
     """One line on how KEDA uses the plan."""
 
@@ -564,8 +570,8 @@ class FleetStatus(WireModel):
     """Last scale-down (RFC 3339)."""
     applied_replicas: int | None = None
     """Replicas (``hpaFloor``: HPA floor; ``kedaTrigger``: the plan served to KEDA) the
-    operator last set on the target or kept there. The target holding another value, written by another field manager, is an
-    external change."""
+    operator last set on the target or kept there. The target holding another value,
+    written by another field manager, is an external change."""
     applied_target: str | None = Field(default=None, max_length=512)
     """The target ``appliedReplicas`` is about, ``<kind>/<name>``. When ``spec.target``
     names another object, what the operator set on the old one is forgotten: the new

@@ -904,6 +904,11 @@ def keda_status(gathered: Gathered, planned: int, namespace: str, pool: str) -> 
             f"ScaledObject {keda.name} has no external trigger with metadata pool: {pool}; "
             "KEDA does not use the plan"
         )
+    elif keda.fallback:
+        message = (
+            f"KEDA holds {workload.kind}/{workload.name} at its fallback ({workload.replicas} "
+            f"now): a trigger of ScaledObject {keda.name} keeps failing; the plan is {planned}"
+        )
     else:
         message = (
             f"KEDA scales {workload.kind}/{workload.name} to the largest of its triggers: "
@@ -915,6 +920,8 @@ def keda_status(gathered: Gathered, planned: int, namespace: str, pool: str) -> 
         hpa=keda.hpa_name,
         workload_replicas=workload.replicas,
         triggers=triggers,
+        active=keda.active,
+        fallback=keda.fallback,
         message=message,
     )
 

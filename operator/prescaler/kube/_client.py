@@ -184,7 +184,17 @@ def scaled_object_from(obj: dict[str, Any]) -> ScaledObject:
         target_name=ref.get("name", ""),
         hpa_name=(status or {}).get("hpaName") or None,
         pools=tuple(pools),
+        active=_condition((status or {}).get("conditions"), "Active"),
+        fallback=_condition((status or {}).get("conditions"), "Fallback"),
     )
+
+
+def _condition(conditions: Any, type_: str) -> bool | None:
+    """A condition's status as a bool (``None``: not there, or ``Unknown``)."""
+    for condition in conditions or ():
+        if isinstance(condition, Mapping) and condition.get("type") == type_:
+            return {"True": True, "False": False}.get(str(condition.get("status")))
+    return None
 
 
 def hpa_target_share(metrics: Any) -> tuple[float | None, str]:

@@ -109,6 +109,11 @@ class ScaledObject:
     pools: tuple[tuple[str | None, str], ...]
     """``(namespace or None, pool)`` named by each of its ``external``/``external-push``
     triggers (``metadata.namespace``, ``metadata.pool``)."""
+    active: bool | None = None
+    """Its condition ``Active`` (KEDA's activity: some trigger above zero), when reported."""
+    fallback: bool | None = None
+    """Its condition ``Fallback``: KEDA scales to ``spec.fallback.replicas`` because a
+    trigger's scaler keeps failing."""
 
     def triggers_for(self, namespace: str, pool: str) -> int:
         """How many of its triggers ask prescaler for this pool's plan."""
