@@ -18,6 +18,7 @@ from typing import Any
 
 import grpc
 import pytest
+import trustme
 from grpc import aio
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
@@ -29,6 +30,7 @@ from integration.chart_rbac import chart_identity
 from integration.operator_fixtures import (  # noqa: F401 (fixtures)
     Kube,
     crd_fixture,
+    operator_process,
     running_operator,
     wait_for,
 )
@@ -290,3 +292,74 @@ def test_hpa_floor_on_an_hpa_keda_owns_is_refused(
             assert event.type == "Warning"
     current = k.autoscaling.read_namespaced_horizontal_pod_autoscaler("keda-hpa-llm-so", namespace)
     assert current.spec.min_replicas == 1  # never written: the floor is still its own
+
+
+def test_prescaler_run_serves_the_scaler_over_mutual_tls(
+    cluster: LocalCluster,
+    crd: None,
+    scaled_objects: None,
+    kube: Any,
+    namespace: str,
+    tmp_path: Path,
+) -> None:
+    """``prescaler run`` as a real process, as KEDA would reach it on this machine:
+    ``--scaler-port`` on 127.0.0.1 with a server certificate for that address and a
+    client CA (KEDA's ``caCert``, ``tlsClientCert``, ``tlsClientKey``)."""
+    ca = trustme.CA()
+    server = ca.issue_cert("127.0.0.1")
+    keda = ca.issue_cert("keda-operator")
+    files = {
+        "tls.crt": server.cert_chain_pems[0].bytes(),
+        "tls.key": server.private_key_pem.bytes(),
+        "ca.crt": ca.cert_pem.bytes(),
+    }
+    for name, data in files.items():
+        (tmp_path / name).write_bytes(data)
+    k = Kube(kube, namespace)
+    k.create_deployment(gpu_deployment("llm", 1))
+    _scaled_object(k, "llm-so", "llm", "chat")
+    k.create_pool(
+        "chat",
+        {
+            "target": {"kind": "ScaledObject", "name": "llm-so"},
+            "mode": "kedaTrigger",
+            "minReplicas": 2,
+            "maxReplicas": 6,
+            "model": {"tokensPerSecond": 3750},
+            "coldStart": {"mode": "fixed", "seconds": 30},
+        },
+    )
+    port = free_port()
+    flags = ["--scaler-port", str(port), "--scaler-host", "127.0.0.1"]
+    for flag, name in (("cert", "tls.crt"), ("key", "tls.key"), ("ca", "ca.crt")):
+        flags += [f"--scaler-tls-{flag}", str(tmp_path / name)]
+    credentials = grpc.ssl_channel_credentials(
+        root_certificates=ca.cert_pem.bytes(),
+        private_key=keda.private_key_pem.bytes(),
+        certificate_chain=keda.cert_chain_pems[0].bytes(),
+    )
+
+    async def plan() -> list[int]:
+        async with aio.secure_channel(f"127.0.0.1:{port}", credentials) as channel:
+            stub = pb_grpc.ExternalScalerStub(channel)
+            request = pb.GetMetricsRequest(scaledObjectRef=_ref(namespace, "chat"))
+            try:
+                answer = await stub.GetMetrics(request, timeout=10)
+            except aio.AioRpcError:
+                return []  # not listening yet, or no plan yet
+            return [m.metricValue for m in answer.metricValues]
+
+    async def without_client_certificate() -> grpc.StatusCode:
+        anonymous = grpc.ssl_channel_credentials(root_certificates=ca.cert_pem.bytes())
+        async with aio.secure_channel(f"127.0.0.1:{port}", anonymous) as channel:
+            stub = pb_grpc.ExternalScalerStub(channel)
+            try:
+                await stub.IsActive(_ref(namespace, "chat"), timeout=10)
+            except aio.AioRpcError as exc:
+                return exc.code()
+            return grpc.StatusCode.OK
+
+    with operator_process(cluster, namespace, tmp_path / "operator.log", extra_args=flags):
+        assert wait_for(lambda: asyncio.run(plan()), 120, "the scaler to answer the plan") == [2]
+        assert asyncio.run(without_client_certificate()) == grpc.StatusCode.UNAVAILABLE
+    assert k.deployment("llm").spec.replicas == 1
