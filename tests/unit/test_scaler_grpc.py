@@ -5,6 +5,7 @@ pools served by a fake API server."""
 from __future__ import annotations
 
 import asyncio
+import socket
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -268,5 +269,20 @@ def test_pool_reads_are_shared_for_the_cache_period_and_errors_are_not_kept() ->
         assert await reader.get("team-a", "llama") is not None
         assert api.reads == 3
         assert await reader.get("team-a", "nothing") is None
+
+    asyncio.run(main())
+
+
+def test_a_taken_port_is_an_os_error_that_names_the_address() -> None:
+    async def main() -> None:
+        with socket.socket() as taken:
+            taken.bind(("127.0.0.1", 0))
+            taken.listen()
+            port = taken.getsockname()[1]
+            servicer = ExternalScaler(
+                PoolReader(FakeApi(), cache_seconds=0), stale_seconds=STALE, stream_seconds=1
+            )
+            with pytest.raises(OSError, match=f"cannot listen on 127.0.0.1:{port}"):
+                await start_server(servicer, port, "127.0.0.1")
 
     asyncio.run(main())

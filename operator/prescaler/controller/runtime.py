@@ -133,7 +133,11 @@ async def operate(
     runtime = Runtime.build(settings, metrics)
     if settings.metrics.port > 0:
         runtime.metrics.serve(settings.metrics.port, settings.metrics.host)
-    scaler = await serve_scaler(settings, runtime.metrics)
+    try:
+        scaler = await serve_scaler(settings, runtime.metrics)
+    except BaseException:
+        runtime.close()  # e.g. the scaler's port is taken: nothing else started yet
+        raise
     gate = shard_gate(settings, runtime)
     elector = leader_elector(settings, runtime) if gate is None else None
     election_stop = asyncio.Event()

@@ -181,10 +181,13 @@ async def start_server(
     server = aio.server()
     pb_grpc.add_ExternalScalerServicer_to_server(servicer, server)
     address = f"{host}:{port}"
-    if tls is None:
-        bound = server.add_insecure_port(address)
-    else:
-        bound = server.add_secure_port(address, tls.credentials())
+    try:
+        if tls is None:
+            bound = server.add_insecure_port(address)
+        else:
+            bound = server.add_secure_port(address, tls.credentials())
+    except RuntimeError as exc:  # grpc's "Failed to bind", e.g. the port is taken
+        raise OSError(f"the KEDA scaler cannot listen on {address}: {exc}") from None
     if bound == 0:
         raise OSError(f"the KEDA scaler cannot listen on {address}")
     await server.start()
