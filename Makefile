@@ -12,7 +12,7 @@ PACKAGES := operator/prescaler forecasting/prescaler_forecast tests/cluster test
 PYTEST_WORKERS ?= 4
 PYTEST_PARALLEL := -n $(PYTEST_WORKERS) --dist load --maxschedchunk 1
 
-.PHONY: help venv lint typecheck importlint quality unit test test-stress demo crds
+.PHONY: help venv lint typecheck importlint quality unit test test-stress demo crds proto
 .PHONY: cluster-bin prometheus-bin cluster-up cluster-down cluster-status
 
 help:
@@ -21,6 +21,7 @@ help:
 	@echo "make test-stress - the cluster tests while a CPU burner occupies every core"
 	@echo "make demo   - the main job"
 	@echo "make crds   - regenerate crds/ and the chart's copy from the pydantic models"
+	@echo "make proto  - regenerate the KEDA external-scaler gRPC modules from the vendored proto"
 	@echo "make cluster-bin    - build the local cluster's binaries (cached; cold build is slow)"
 	@echo "make prometheus-bin - install Debian's prometheus/promtool if missing"
 	@echo "make cluster-up     - start a local cluster (kubeconfig: out/cluster/kubeconfig)"
@@ -68,6 +69,10 @@ demo: venv
 crds: venv
 	$(BIN)/python -m prescaler.api.crd --write crds/
 	$(BIN)/python -m prescaler.api.crd --write charts/prescaler/crds/
+
+# KEDA's externalscaler.proto, vendored at a pinned KEDA version; the generated code is committed.
+proto: venv
+	BIN=$(BIN) bash hack/gen-externalscaler.sh
 
 # Local test cluster (tests/cluster, hack/cluster): real control plane + kwok fake GPU nodes.
 CLUSTER_PY := PYTHONPATH=tests $(BIN)/python -m cluster

@@ -23,6 +23,17 @@ AGAINST_HPA_WINDOWS = tuple(name for name, _ in WINDOWS)
 AGAINST_HPA_FLEETS = ("prescaler", "hpa")
 """Every value of their ``fleet`` label: prescaler's fleet (in dry run its plan's) and the
 shadow HPA's."""
+SCALER_METHODS = ("IsActive", "StreamIsActive", "GetMetricSpec", "GetMetrics")
+"""Every value of ``prescaler_scaler_calls_total``'s ``method`` label (KEDA's calls)."""
+SCALER_OUTCOMES = (
+    "ok",
+    "invalid_argument",
+    "not_found",
+    "permission_denied",
+    "failed_precondition",
+    "unavailable",
+)
+"""Every value of its ``outcome`` label: ``ok``, or the gRPC code of a refusal."""
 _SECONDS = (0.01, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 120)
 
 
@@ -267,6 +278,16 @@ class Metrics:
             (*_POOL, "direction"),
             registry=r,
         )
+        self.scaler_calls = Counter(
+            "prescaler_scaler_calls_total",
+            "Calls of the KEDA external scaler (a stream counts each answer it pushes), by"
+            " method and outcome (ok, or the gRPC code of a refusal)",
+            ("method", "outcome"),
+            registry=r,
+        )
+        for method in SCALER_METHODS:
+            for outcome in SCALER_OUTCOMES:
+                self.scaler_calls.labels(method, outcome)
 
         self.prewarm_pods = Counter(
             "prescaler_prewarm_pods_total",
@@ -447,6 +468,10 @@ class Metrics:
             if metric not in labelled:
                 with contextlib.suppress(KeyError):
                     metric.remove(namespace, pool)
+
+    def scaler_call(self, method: str, outcome: str) -> None:
+        """Count one call of the KEDA external scaler."""
+        self.scaler_calls.labels(method, outcome).inc()
 
     def forget_pools(self) -> None:
         """Drop every pool's series: a replica that lost the lead reports none, so only

@@ -133,6 +133,35 @@ class PrewarmSettings:
 
 
 @dataclass(frozen=True, slots=True)
+class ScalerSettings:
+    """The KEDA external scaler (``externalscaler.ExternalScaler`` over gRPC): every replica
+    answers a ScaledObject's ``external`` trigger with a pool's last plan (README, "With
+    KEDA")."""
+
+    port: int = 0
+    """Port of the gRPC service; 0 (the default) serves none. The Helm chart sets 9090
+    when ``scaler.enabled``."""
+    host: str = "0.0.0.0"
+    """Address the service listens on."""
+    tls_cert: str | None = None
+    """PEM certificate the service presents (with ``tls_key``); plaintext when unset."""
+    tls_key: str | None = None
+    """PEM private key of ``tls_cert``."""
+    tls_ca: str | None = None
+    """PEM CA bundle that signs the clients' certificates: mutual TLS, as KEDA's trigger
+    or TriggerAuthentication gives with ``tlsClientCert`` and ``tlsClientKey``; a client
+    without a certificate it signs is refused. Needs ``tls_cert``."""
+    cache_seconds: float = 2.0
+    """How long a pool read from the API server answers later calls for it."""
+    stale_periods: float = 8.0
+    """A plan older than this many reconcile periods is stale: the call fails, and KEDA
+    applies the ScaledObject's ``fallback``. A steady pool's status is written every few
+    periods (its checkpoints), so this stays well above that."""
+    stream_seconds: float = 5.0
+    """How often an ``external-push`` stream checks whether the plan reached or left zero."""
+
+
+@dataclass(frozen=True, slots=True)
 class OperatorSettings:
     """All settings of ``prescaler run``."""
 
@@ -141,6 +170,7 @@ class OperatorSettings:
     metrics: MetricsSettings = field(default_factory=MetricsSettings)
     reconcile: ReconcileSettings = field(default_factory=ReconcileSettings)
     prewarm: PrewarmSettings = field(default_factory=PrewarmSettings)
+    scaler: ScalerSettings = field(default_factory=ScalerSettings)
     liveness_endpoint: str | None = None
     """kopf's liveness probe URL, e.g. ``http://0.0.0.0:8081/healthz``."""
 
@@ -181,6 +211,15 @@ class OperatorSettings:
             raise ValueError("prewarm durations must be >= 0 seconds")
         if not 0 <= self.metrics.port <= 65535:
             raise ValueError("metrics port must be in 0..65535")
+        scaler = self.scaler
+        if not 0 <= scaler.port <= 65535:
+            raise ValueError("scaler port must be in 0..65535")
+        if (scaler.tls_cert is None) != (scaler.tls_key is None):
+            raise ValueError("scaler TLS needs both a certificate and its key")
+        if scaler.tls_ca is not None and scaler.tls_cert is None:
+            raise ValueError("scaler mutual TLS (a client CA) needs a certificate and key")
+        if scaler.cache_seconds < 0 or scaler.stream_seconds <= 0 or scaler.stale_periods <= 0:
+            raise ValueError("scaler cache must be >= 0, its stream and stale periods > 0")
 
     @property
     def clusterwide(self) -> bool:

@@ -95,6 +95,7 @@ def test_install_cluster_wide_with_optional_objects(
         "placeholderPriorityClass": {"create": True, "name": priority_class},
         "networkPolicy": {"enabled": True},
         "grafanaDashboard": {"enabled": True, "annotations": {"grafana_folder": "LLM"}},
+        "keda": {"enabled": True},
     }
     with installed(cluster, tmp_path, namespace, values) as (fullname, notes):
         assert "kubectl get ppool" in notes
@@ -138,6 +139,7 @@ def test_install_cluster_wide_with_optional_objects(
         assert {p["name"]: p["containerPort"] for p in container["ports"]} == {
             "metrics": 8080,
             "health": 8081,
+            "scaler": 9090,
         }
         for probe in ("startupProbe", "livenessProbe", "readinessProbe"):
             assert container[probe]["httpGet"]["path"] == "/healthz"
@@ -153,6 +155,9 @@ def test_install_cluster_wide_with_optional_objects(
         service = as_dict(kube, core.read_namespaced_service(f"{fullname}-metrics", namespace))
         (port,) = service["spec"]["ports"]
         assert (port["name"], port["port"], port["targetPort"]) == ("metrics", 8080, "metrics")
+        scaler = as_dict(kube, core.read_namespaced_service(f"{fullname}-scaler", namespace))
+        (port,) = scaler["spec"]["ports"]
+        assert (port["port"], port["targetPort"], port["appProtocol"]) == (9090, "scaler", "grpc")
         sa = as_dict(kube, core.read_namespaced_service_account(fullname, namespace))
         assert sa["metadata"]["labels"]["app.kubernetes.io/instance"] == fullname
         pdb = as_dict(kube, policy.read_namespaced_pod_disruption_budget(fullname, namespace))

@@ -53,6 +53,7 @@ ALL_OPTIONAL: dict[str, Any] = {
     "podAnnotations": {"example.com/a": "b"},
     "priorityClassName": "system-cluster-critical",
     "imagePullSecrets": [{"name": "registry"}],
+    "keda": {"enabled": True, "tls": {"secretName": "prescaler-scaler-tls"}},
 }
 
 MINIMAL: dict[str, Any] = {
@@ -160,7 +161,11 @@ def test_validation_catches_an_unknown_field() -> None:
 def test_service_monitor_scrapes_the_metrics_service(helm: Helm) -> None:
     docs = helm.template(ALL_OPTIONAL)
     monitor = one(docs, "ServiceMonitor")
-    service = one(docs, "Service")
+    services = {d["metadata"]["name"]: d for d in by_kind(docs, "Service")}
+    assert set(services) == {"prescaler-metrics", "prescaler-scaler"}  # keda.enabled
+    service = services["prescaler-metrics"]
+    scaler_labels = services["prescaler-scaler"]["metadata"]["labels"]
+    assert not monitor["spec"]["selector"]["matchLabels"].items() <= scaler_labels.items()
     assert monitor["apiVersion"] == "monitoring.coreos.com/v1"
     assert monitor["metadata"]["labels"]["release"] == "kube-prometheus-stack"
     spec = monitor["spec"]
@@ -342,11 +347,74 @@ def test_network_policy_ports(helm: Helm) -> None:
     policy = one(helm.template(ALL_OPTIONAL), "NetworkPolicy")["spec"]
     assert policy["policyTypes"] == ["Ingress", "Egress"]
     (ingress,) = policy["ingress"]
-    assert {p["port"] for p in ingress["ports"]} == {"metrics", "health"}
+    assert {p["port"] for p in ingress["ports"]} == {"metrics", "health", "scaler"}
     assert ingress["from"] == ALL_OPTIONAL["networkPolicy"]["ingress"]["from"]
     egress_ports = [{p["port"] for p in rule["ports"]} for rule in policy["egress"]]
     assert egress_ports == [{443, 6443}, {9090}, {53}, {443}]
     assert policy["egress"][0]["to"] == [{"ipBlock": {"cidr": "10.0.0.1/32"}}]
+
+
+def _keda_rules(docs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [
+        rule
+        for doc in docs
+        if doc["kind"] in ("ClusterRole", "Role")
+        for rule in doc.get("rules") or []
+        if "keda.sh" in rule["apiGroups"]
+    ]
+
+
+def test_keda_scaler_is_off_by_default(helm: Helm) -> None:
+    docs = helm.template()
+    container = operator_container(docs)
+    assert "PRESCALER_SCALER_PORT" not in env_of(container)
+    assert "scaler" not in {p["name"] for p in container["ports"]}
+    assert not [d for d in by_kind(docs, "Service") if d["metadata"]["name"].endswith("-scaler")]
+    assert _keda_rules(docs) == []
+
+
+@pytest.mark.parametrize("namespaced", [False, True])
+def test_keda_scaler_port_service_tls_and_rbac(helm: Helm, namespaced: bool) -> None:
+    values: dict[str, Any] = {
+        "keda": {"enabled": True, "tls": {"secretName": "scaler-tls"}},
+        **(NAMESPACED if namespaced else {}),
+    }
+    docs = helm.template(values)
+    container = operator_container(docs)
+    env = env_of(container)
+    settings = from_env({k: v for k, v in env.items() if isinstance(v, str)})
+    assert settings.scaler.port == 9090
+    assert settings.scaler.tls_cert == "/etc/prescaler/scaler-tls/tls.crt"
+    assert settings.scaler.tls_key == "/etc/prescaler/scaler-tls/tls.key"
+    assert settings.scaler.tls_ca == "/etc/prescaler/scaler-tls/ca.crt"
+    assert {p["name"]: p["containerPort"] for p in container["ports"]}["scaler"] == 9090
+    mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
+    assert mounts["scaler-tls"] == "/etc/prescaler/scaler-tls"
+    pod = one(docs, "Deployment")["spec"]["template"]["spec"]
+    secrets = [v["secret"]["secretName"] for v in pod["volumes"] if "secret" in v]
+    assert secrets == ["scaler-tls"]
+    (service,) = [d for d in by_kind(docs, "Service") if d["metadata"]["name"].endswith("-scaler")]
+    assert service["metadata"]["name"] == "prescaler-scaler"
+    (port,) = service["spec"]["ports"]
+    assert (port["port"], port["targetPort"], port["appProtocol"]) == (9090, "scaler", "grpc")
+    assert service["spec"]["selector"] == pod_selector(docs)
+    rules = _keda_rules(docs)
+    assert len(rules) == (2 if namespaced else 1)  # one Role per watched namespace
+    assert all(
+        r == {"apiGroups": ["keda.sh"], "resources": ["scaledobjects"], "verbs": ["get"]}
+        for r in rules
+    )
+    plain = helm.template({"keda": {"enabled": True, "tls": {"secretName": "s", "mutual": False}}})
+    plain_env = env_of(operator_container(plain))
+    assert "PRESCALER_SCALER_TLS_CERT" in plain_env
+    assert "PRESCALER_SCALER_TLS_CA" not in plain_env
+    no_tls = env_of(operator_container(helm.template({"keda": {"enabled": True}})))
+    assert "PRESCALER_SCALER_TLS_CERT" not in no_tls
+
+
+def pod_selector(docs: list[dict[str, Any]]) -> dict[str, str]:
+    selector: dict[str, str] = one(docs, "Deployment")["spec"]["selector"]["matchLabels"]
+    return selector
 
 
 def test_dashboard_configmap(helm: Helm) -> None:
@@ -388,6 +456,9 @@ def test_minimal_variant_creates_no_cluster_objects_it_was_told_not_to(helm: Hel
         ({"metrics": {"port": 70000}}, "/metrics/port"),
         ({"shards": -1}, "/shards"),
         ({"shards": "4"}, "/shards"),
+        ({"keda": {"port": 0}}, "/keda/port"),
+        ({"keda": {"tls": {"secret": "x"}}}, "secret"),
+        ({"keda": {"enabled": "yes"}}, "/keda/enabled"),
     ],
 )
 def test_schema_rejects_wrong_values(helm: Helm, values: dict[str, Any], field: str) -> None:

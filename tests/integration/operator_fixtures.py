@@ -41,6 +41,7 @@ from prescaler.settings import (
     MetricsSettings,
     OperatorSettings,
     ReconcileSettings,
+    ScalerSettings,
     WatchSettings,
 )
 
@@ -102,12 +103,14 @@ def running_operator(
     identity: ChartIdentity | None = None,
     clusterwide: bool = False,
     shards: int = 0,
+    scaler: ScalerSettings | None = None,
     **reconcile: Any,
 ) -> Iterator[Metrics]:
     """The operator watching ``namespace`` (or every namespace) until the block ends; yields
     its metrics. With ``identity`` it acts as the chart's ServiceAccount and elects itself
     leader on the chart's Lease in ``namespace`` (with ``shards``: holds the chart's shard
-    Leases), as the chart runs it; else as the admin."""
+    Leases), as the chart runs it; else as the admin. ``scaler``: the KEDA external
+    scaler's settings (off by default)."""
     from prescaler.controller.runtime import run_operator
 
     leader = LeaderSettings()
@@ -119,6 +122,7 @@ def running_operator(
         watch=WatchSettings(namespaces=() if clusterwide else (namespace,)),
         leader=leader,
         metrics=MetricsSettings(port=0),
+        scaler=scaler or ScalerSettings(),
         reconcile=replace(
             ReconcileSettings(
                 interval_seconds=RECONCILE_SECONDS,

@@ -111,7 +111,7 @@ def test_validation_rules_reach_the_schema() -> None:
     window_rules = " ".join(v["rule"] for v in window["x-kubernetes-validations"])
     assert "has(self.start) != has(self.cron)" in window_rules
     assert spec["properties"]["schedules"]["x-kubernetes-list-map-keys"] == ["name"]
-    assert spec["properties"]["mode"]["enum"] == ["replicas", "hpaFloor"]
+    assert spec["properties"]["mode"]["enum"] == ["replicas", "hpaFloor", "kedaTrigger"]
     assert "llama-3.1-8b" in spec["properties"]["model"]["properties"]["preset"]["enum"]
     cold = spec["properties"]["coldStart"]["properties"]
     assert cold["mode"]["default"] == "auto"

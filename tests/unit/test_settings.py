@@ -151,3 +151,38 @@ def test_the_forecast_settings_reach_the_forecast_hub(tmp_path: Path, workers: i
             assert runtime.fit_pool is None  # fits run in a thread
     finally:
         runtime.close()
+
+
+def test_the_keda_scaler_is_off_unless_a_port_is_given(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert run_cli.settings_from_args(_args()).scaler.port == 0
+    monkeypatch.setenv("PRESCALER_SCALER_STALE_PERIODS", "10")
+    settings = run_cli.settings_from_args(
+        _args(
+            "--scaler-port",
+            "9090",
+            "--scaler-host",
+            "127.0.0.1",
+            "--scaler-tls-cert",
+            "c.pem",
+            "--scaler-tls-key",
+            "k.pem",
+            "--scaler-tls-ca",
+            "ca.pem",
+        )
+    )
+    scaler = settings.scaler
+    assert (scaler.port, scaler.host, scaler.stale_periods) == (9090, "127.0.0.1", 10)
+    assert (scaler.tls_cert, scaler.tls_key, scaler.tls_ca) == ("c.pem", "k.pem", "ca.pem")
+
+
+@pytest.mark.parametrize(
+    ("argv", "words"),
+    [
+        (["--scaler-port", "70000"], "scaler port"),
+        (["--scaler-port", "9090", "--scaler-tls-cert", "c.pem"], "certificate and its key"),
+        (["--scaler-port", "9090", "--scaler-tls-ca", "ca.pem"], "needs a certificate"),
+    ],
+)
+def test_bad_scaler_flags_are_cli_errors(argv: list[str], words: str) -> None:
+    with pytest.raises(CliError, match=words):
+        run_cli.settings_from_args(_args(*argv))

@@ -183,7 +183,7 @@ def test_a_steady_reconcile_writes_nothing_and_reads_no_pods() -> None:
     for _ in range(3):
         clock[0] += 60
         _cycle(rec, kube)
-    # Only the plan's last recent target's time moved: kept back, not written.
+    # Only the plan's times moved (its last recent target's, its own): kept back, not written.
     assert len(kube.writes) == 1
     assert kube.pod_lists == 1  # the target did not move, and every pod was Ready
     # ... until this reconciler's last write is five periods old: then it is written.
@@ -191,7 +191,10 @@ def test_a_steady_reconcile_writes_nothing_and_reads_no_pods() -> None:
     _cycle(rec, kube)
     assert len(kube.writes) == 2
     ((_, (_, ops)),) = kube.writes[1:]
-    assert [op["path"] for op in ops] == ["/status/plan/recentTargets/0/at"]
+    assert sorted(op["path"] for op in ops) == [
+        "/status/plan/plannedAt",
+        "/status/plan/recentTargets/0/at",
+    ]
     assert kube.stored != first
     # The target moved (a pod's readiness, a scale): its pods are read again.
     w = kube.workloads[("Deployment", "llm")]

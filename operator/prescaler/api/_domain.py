@@ -345,10 +345,17 @@ def _check_roles(spec: InferencePoolSpec) -> None:
     if (spec.target is None) == (spec.roles is None):
         raise SpecError("spec: give exactly one of target and roles")
     if spec.roles is None:
+        assert spec.target is not None
+        for mode, kind in (
+            ("hpaFloor", "HorizontalPodAutoscaler"),
+            ("kedaTrigger", "ScaledObject"),
+        ):
+            if (spec.mode == mode) != (spec.target.kind == kind):
+                raise SpecError(f"spec: mode {mode} goes with a {kind} target, and only with it")
         return
     standby = spec.standby
     unified_only = [
-        ("mode hpaFloor", spec.mode != "replicas"),
+        (f"mode {spec.mode}", spec.mode != "replicas"),
         ("model.tokensPerSecond", spec.model.tokens_per_second is not None),
         ("standby.hot", standby.hot.replicas > 0),
         ("standby.placeholders", standby.placeholders.enabled),

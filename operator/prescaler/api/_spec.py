@@ -17,8 +17,8 @@ from prescaler.api._base import WireModel, cel, validations
 from prescaler.capacity import DTYPE_BYTES, PRESETS
 from prescaler_forecast import AUTO, MODEL_NAMES
 
-TargetKind = Literal["Deployment", "StatefulSet", "HorizontalPodAutoscaler"]
-Mode = Literal["replicas", "hpaFloor"]
+TargetKind = Literal["Deployment", "StatefulSet", "HorizontalPodAutoscaler", "ScaledObject"]
+Mode = Literal["replicas", "hpaFloor", "kedaTrigger"]
 ExternalChangePolicy = Literal["revert", "respect", "pause"]
 Engine = Literal["vllm", "sglang", "tgi"]
 Dtype = Literal["fp32", "bf16", "fp16", "fp8", "int8", "int4"]
@@ -66,8 +66,11 @@ class TargetRef(WireModel):
 
     kind: TargetKind = "Deployment"
     """``Deployment`` or ``StatefulSet`` (scaled through the scale subresource, mode
-    ``replicas``), or ``HorizontalPodAutoscaler`` (its ``minReplicas`` is raised and lowered,
-    mode ``hpaFloor``; the HPA's own scale target is observed)."""
+    ``replicas``), ``HorizontalPodAutoscaler`` (its ``minReplicas`` is raised and lowered,
+    mode ``hpaFloor``; the HPA's own scale target is observed), or a KEDA ``ScaledObject``
+    (``keda.sh/v1alpha1``, mode ``kedaTrigger``: KEDA scales its ``scaleTargetRef`` to the
+    plan, served as the metric of the ScaledObject's ``external`` trigger; the workload is
+    observed, never written)."""
     name: Name
     """Name of the target object."""
 
@@ -667,7 +670,7 @@ class RoleSpec(WireModel):
     model_config = ConfigDict(
         json_schema_extra=validations(
             cel(
-                "self.target.kind != 'HorizontalPodAutoscaler'",
+                "self.target.kind == 'Deployment' || self.target.kind == 'StatefulSet'",
                 "a role's target is a Deployment or a StatefulSet",
                 ".target.kind",
             ),
@@ -725,7 +728,9 @@ class InferencePoolSpec(WireModel):
     which each role sizes on its own bottleneck)."""
     mode: Mode = "replicas"
     """``replicas`` patches the target's scale subresource; ``hpaFloor`` raises and lowers
-    an HPA's ``minReplicas`` and never touches the workload's replicas."""
+    an HPA's ``minReplicas`` and never touches the workload's replicas; ``kedaTrigger``
+    writes nothing: the plan is the metric of the target ScaledObject's ``external``
+    trigger (prescaler's KEDA external scaler), and KEDA's HPA scales the workload to it."""
     inference_pool_ref: InferencePoolRef | None = None
     """Optional Gateway API Inference Extension InferencePool fronting this fleet."""
     min_replicas: int = Field(default=1, ge=0, le=100_000)
@@ -778,7 +783,9 @@ class InferencePoolSpec(WireModel):
     ``respect`` keeps the other value until the plan itself asks for something else than it
     did before the change; ``pause`` stops scaling the target until the pool's spec is
     edited or the replicas return to the operator's value. In ``hpaFloor`` mode the HPA
-    changing the workload's replicas is its job, not an external change."""
+    changing the workload's replicas is its job, not an external change; in
+    ``kedaTrigger`` mode KEDA owns the workload's replicas and its HPA, and nothing of
+    theirs is an external change."""
 
     model_config = ConfigDict(
         json_schema_extra=validations(
@@ -788,6 +795,11 @@ class InferencePoolSpec(WireModel):
                 "!has(self.target) "
                 "|| (self.mode == 'hpaFloor') == (self.target.kind == 'HorizontalPodAutoscaler')",
                 "mode hpaFloor goes with a HorizontalPodAutoscaler target, and only with it",
+            ),
+            cel(
+                "!has(self.target) "
+                "|| (self.mode == 'kedaTrigger') == (self.target.kind == 'ScaledObject')",
+                "mode kedaTrigger goes with a ScaledObject target, and only with it",
             ),
             cel(
                 "!has(self.roles) || self.mode == 'replicas'",

@@ -81,6 +81,34 @@ class PlanStatus(WireModel):
     recent_targets: list[RecentTarget] = Field(default_factory=list, max_length=64)
     """The memory a scale-down respects: this plan's target and the larger ones of the last
     lookahead plus stabilization period, oldest first (kept here so a restart keeps it)."""
+    planned_at: str | None = Field(default=None, max_length=64)
+    """When the plan was made (RFC 3339). Written with the plan when it changes, else with
+    the status checkpoints; the KEDA external scaler refuses a plan that has grown stale."""
+
+
+class KedaStatus(WireModel):
+    """What KEDA does with the plan (mode ``kedaTrigger``)."""
+
+    scaled_object: str = Field(max_length=253)
+    """The ScaledObject (``spec.target``)."""
+    workload: str = Field(max_length=512)
+    """Its ``scaleTargetRef``, ``<kind>/<name>``: the workload KEDA scales."""
+    hpa: str | None = Field(default=None, max_length=253)
+    """The HPA that KEDA made for it (``status.hpaName`` of the ScaledObject)."""
+    workload_replicas: int = Field(ge=0)
+    """The workload's replicas now: what KEDA's HPA set, from the plan and any other
+    trigger (the HPA takes the largest)."""
+    triggers: int = Field(ge=0)
+    """The ScaledObject's ``external``/``external-push`` triggers that name this pool; 0
+    means KEDA does not ask for the plan (see ``message``)."""
+    active: bool | None = None
+    """The ScaledObject's condition ``Active``, as KEDA reports it."""
+    fallback: bool | None = None
+    """The ScaledObject's condition ``Fallback``: true while KEDA holds
+    ``spec.fallback.replicas`` because a trigger keeps failing (this one, if the operator
+    cannot answer)."""
+    message: str = Field(default="", max_length=1024)
+    """One line on how KEDA uses the plan."""
 
 
 class ForecastPoint(WireModel):
@@ -527,7 +555,8 @@ class FleetStatus(WireModel):
     desired_replicas: int | None = None
     """Replicas the plan asks for."""
     current_replicas: int | None = None
-    """Replicas (or HPA floor) before the plan was applied."""
+    """Replicas (or HPA floor; in ``kedaTrigger`` mode the plan last served to KEDA) before
+    the plan was applied."""
     ready_replicas: int | None = None
     """Ready replicas of the target."""
     plan: PlanStatus | None = None
@@ -554,9 +583,9 @@ class FleetStatus(WireModel):
     last_scale_down_time: str | None = Field(default=None, max_length=64)
     """Last scale-down (RFC 3339)."""
     applied_replicas: int | None = None
-    """Replicas (``hpaFloor``: HPA floor) the operator last set on the target or kept
-    there. The target holding another value, written by another field manager, is an
-    external change."""
+    """Replicas (``hpaFloor``: HPA floor; ``kedaTrigger``: the plan served to KEDA) the
+    operator last set on the target or kept there. The target holding another value,
+    written by another field manager, is an external change."""
     applied_target: str | None = Field(default=None, max_length=512)
     """The target ``appliedReplicas`` is about, ``<kind>/<name>``. When ``spec.target``
     names another object, what the operator set on the old one is forgotten: the new
@@ -565,6 +594,8 @@ class FleetStatus(WireModel):
     """The degradation level and its admission policy."""
     external_change: ExternalChangeStatus | None = None
     """The latest external change and what was done about it (``spec.externalChanges``)."""
+    keda: KedaStatus | None = None
+    """What KEDA does with the plan (mode ``kedaTrigger`` only)."""
 
 
 class ServedByStatus(WireModel):

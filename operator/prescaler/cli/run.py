@@ -64,6 +64,25 @@ def register(subparsers: Any) -> None:
     )
     parser.add_argument("--metrics-port", type=int, help="port of /metrics (0 disables)")
     parser.add_argument(
+        "--scaler-port",
+        type=int,
+        metavar="PORT",
+        help="serve KEDA's external-scaler gRPC API on this port (default 0: off; the Helm "
+        "chart uses 9090)",
+    )
+    parser.add_argument(
+        "--scaler-host", metavar="ADDR", help="address the scaler listens on (default 0.0.0.0)"
+    )
+    parser.add_argument(
+        "--scaler-tls-cert", metavar="FILE", help="PEM certificate of the scaler (TLS)"
+    )
+    parser.add_argument("--scaler-tls-key", metavar="FILE", help="PEM key of --scaler-tls-cert")
+    parser.add_argument(
+        "--scaler-tls-ca",
+        metavar="FILE",
+        help="PEM CA of the clients' certificates: mutual TLS (KEDA's tlsClientCert/Key)",
+    )
+    parser.add_argument(
         "--interval", type=positive_float, help="reconcile period per pool, seconds"
     )
     parser.add_argument("--forecast-workers", type=int, help="processes for forecast fits")
@@ -125,6 +144,18 @@ def settings_from_args(args: argparse.Namespace) -> Any:
         settings = replace(settings, leader=leader)
         if args.metrics_port is not None:
             settings = replace(settings, metrics=replace(settings.metrics, port=args.metrics_port))
+        scaler = settings.scaler
+        for flag, name in (
+            ("scaler_port", "port"),
+            ("scaler_host", "host"),
+            ("scaler_tls_cert", "tls_cert"),
+            ("scaler_tls_key", "tls_key"),
+            ("scaler_tls_ca", "tls_ca"),
+        ):
+            value = getattr(args, flag)
+            if value is not None:
+                scaler = replace(scaler, **{name: value})
+        settings = replace(settings, scaler=scaler)
         reconcile = settings.reconcile
         if args.interval is not None:
             reconcile = replace(reconcile, interval_seconds=args.interval)

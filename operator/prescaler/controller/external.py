@@ -21,7 +21,11 @@ holding another value means one of two things, told apart by ``managedFields``:
                generation moves) or the target's replicas return to the operator's value.
 
 In ``hpaFloor`` mode the operator owns only the HPA's floor: the HPA changing the
-workload's replicas is its job and never an external change.
+workload's replicas is its job and never an external change. An HPA that KEDA owns (a
+ScaledObject's) is refused in that mode (:func:`keda_owned_hpa`): KEDA writes its floor
+from the ScaledObject's ``minReplicaCount``, and the two would fight. In ``kedaTrigger``
+mode the operator writes nothing: KEDA owns the workload and its HPA, and nothing they do
+is an external change.
 
 ``status.appliedTarget`` names the object ``appliedReplicas`` was set on. When
 ``spec.target`` names another object (a rename), what the operator remembers of the old
@@ -74,7 +78,7 @@ def examine(
     observed = gathered.current_replicas
     writer = gathered.current_writer
     ours = writer is not None and writer.manager == FIELD_MANAGER
-    if spec.dry_run or observed == applied:
+    if spec.dry_run or spec.mode == "kedaTrigger" or observed == applied:
         return Examined(previous, None, standing)
     if applied is None:
         # No write of ours is recorded. If the target still holds one anyway, its status
@@ -104,6 +108,19 @@ def examine(
         generation=generation if spec.external_changes == "pause" else None,
     )
     return Examined(previous, found, found if spec.external_changes != "revert" else None)
+
+
+def keda_owned_hpa(hpa: str, scaled_object: str) -> str:
+    """Why a pool in mode ``hpaFloor`` does not raise the floor of an HPA that KEDA owns,
+    and what to do instead."""
+    return (
+        f"HPA {hpa} is owned by KEDA ScaledObject {scaled_object}, which writes its "
+        "minReplicas from the ScaledObject's minReplicaCount: prescaler does not fight it. "
+        f"Set spec.target to {{kind: ScaledObject, name: {scaled_object}}} with "
+        "spec.mode: kedaTrigger, and add prescaler's external trigger to that ScaledObject "
+        "(README, 'With KEDA'); KEDA then scales to the largest of the plan and its other "
+        "triggers"
+    )
 
 
 def applied_target(spec: InferencePoolSpec) -> str:
@@ -171,7 +188,7 @@ def describe(change: ExternalChangeStatus, spec: InferencePoolSpec) -> str:
         f"minReplicas of HPA {target.name}"
         if spec.mode == "hpaFloor"
         else f"replicas of {target.kind} {target.name}"
-    )
+    )  # never kedaTrigger: examine finds no change there
     when = f" at {change.changed_at}" if change.changed_at else ""
     doing = {
         "Reverted": "reverting to the plan",
@@ -199,6 +216,14 @@ def record(
     holding = change is not None and change.action in ("Respected", "Paused")
     if spec.dry_run:
         update = ConditionUpdate("ExternalChange", "Unknown", "DryRun", "nothing is applied")
+    elif spec.mode == "kedaTrigger":
+        update = ConditionUpdate(
+            "ExternalChange",
+            "False",
+            "KedaScales",
+            "KEDA scales the workload to the largest of its triggers, the plan among them; "
+            "nothing it writes is an external change",
+        )
     elif examined.found is not None or holding:
         assert change is not None
         update = ConditionUpdate("ExternalChange", "True", change.action, describe(change, spec))

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from prescaler.api import API_VERSION, KIND, ColdStartStatus, SelectionStatus, ServedByStatus
-from prescaler.kube import FieldWriter, Hpa, ObjectRef, PodStart, Workload
+from prescaler.kube import FieldWriter, Hpa, ObjectRef, PodStart, ScaledObject, Workload
 from prescaler.sources import Snapshot
 from prescaler_forecast import Forecast
 
@@ -62,6 +62,8 @@ class Gathered:
     hpa: Hpa | None = None
     """An HPA on the pool's target (in ``hpaFloor`` mode, the target itself), if any: the
     shadow HPA scales to its utilization target."""
+    keda: ScaledObject | None = None
+    """The target ScaledObject (mode ``kedaTrigger``)."""
 
 
 @dataclass(frozen=True, slots=True, order=True)
@@ -80,6 +82,7 @@ INVALID_REASONS = (
     "InvalidSpec",
     "TargetNotFound",
     "UnsupportedTarget",
+    "KedaOwnedHpa",
     "InvalidPromQL",
     "SecretNotFound",
     "InvalidSecret",

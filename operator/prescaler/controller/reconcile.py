@@ -70,6 +70,7 @@ from prescaler.controller.status import (
     forecast_error,
     idle_since,
     invalid_status,
+    keda_status,
     learn_against_hpa,
     learn_cold_start,
     learn_risk,
@@ -88,6 +89,8 @@ from prescaler.controller.status import (
 )
 from prescaler.kube import (
     DELETION_COST_ANNOTATION,
+    KEDA_GROUP,
+    KEDA_VERSION,
     POOL_LABEL,
     ROLE_DEGRADATION,
     ROLE_HOT,
@@ -95,11 +98,13 @@ from prescaler.kube import (
     ROLE_PLACEHOLDER,
     ROLE_PRE_PULL,
     ROLE_PROMOTED,
+    SCALED_OBJECTS,
     Hpa,
     KubeApi,
     KubeError,
     NotFound,
     PodStart,
+    ScaledObject,
     StandbyObservation,
     Workload,
     degradation_config_map,
@@ -110,6 +115,7 @@ from prescaler.kube import (
     placeholder_priority_class,
     pre_pull_daemonset,
     promotion_patch,
+    scaled_object_from,
 )
 from prescaler.metrics import Metrics
 from prescaler.planning import (
@@ -473,6 +479,7 @@ class Reconciler:
                     if shadow is not None
                     else None
                 ),
+                "keda": keda_status(gathered, decision.desired_replicas, pool.namespace, pool.name),
             }
         )
         if objective is not None and role is None:
@@ -536,6 +543,7 @@ class Reconciler:
     ) -> Gathered:
         ns = pool.namespace
         target = target_of(spec)
+        keda: ScaledObject | None = None
         try:
             if target.kind == "HorizontalPodAutoscaler":
                 hpa = await self.kube.get_hpa(ns, target.name)
@@ -545,10 +553,36 @@ class Reconciler:
                         f"HPA {target.name} scales a {hpa.target_kind or 'nothing'}; "
                         "only Deployments and StatefulSets are supported",
                     )
+                if hpa.scaled_object is not None:
+                    raise InvalidPool(
+                        "KedaOwnedHpa", external.keda_owned_hpa(hpa.name, hpa.scaled_object)
+                    )
                 workload = await self.kube.get_workload(ns, hpa.target_kind, hpa.target_name)
                 current = hpa.min_replicas
                 writer = hpa.min_replicas_writer
                 scaler: Hpa | None = hpa
+            elif target.kind == "ScaledObject":
+                keda = scaled_object_from(
+                    await self.kube.get_custom_object(
+                        KEDA_GROUP, KEDA_VERSION, SCALED_OBJECTS, ns, target.name
+                    )
+                )
+                if keda.target_kind not in ("Deployment", "StatefulSet"):
+                    raise InvalidPool(
+                        "UnsupportedTarget",
+                        f"ScaledObject {target.name} scales a {keda.target_kind}; "
+                        "only Deployments and StatefulSets are supported",
+                    )
+                workload = await self.kube.get_workload(ns, keda.target_kind, keda.target_name)
+                # KEDA owns the workload's replicas: the plan paces from the plan it served.
+                served = previous.applied_target == external.applied_target(spec)
+                current = (
+                    previous.applied_replicas
+                    if served and previous.applied_replicas is not None
+                    else workload.replicas
+                )
+                writer = None
+                scaler = await self._hpa_on(ns, workload) if spec.forecast is not None else None
             else:
                 workload = await self.kube.get_workload(ns, target.kind, target.name)
                 current = workload.replicas
@@ -598,6 +632,7 @@ class Reconciler:
             idle_since=idle,
             current_writer=writer,
             hpa=scaler,
+            keda=keda,
         )
 
     async def _target_pods(
@@ -802,6 +837,8 @@ class Reconciler:
             if decision.changed:
                 if spec.mode == "hpaFloor":
                     await self.kube.patch_hpa_min(ns, target.name, decision.desired_replicas)
+                elif spec.mode == "kedaTrigger":
+                    pass  # the plan is the trigger's metric: KEDA's HPA scales to it
                 else:
                     await self.kube.patch_scale(
                         ns, target.kind, target.name, decision.desired_replicas
@@ -810,7 +847,10 @@ class Reconciler:
                     "up" if decision.desired_replicas > decision.current_replicas else "down"
                 )
                 self.metrics.scale_events.labels(ns, fleet_label(pool.name, role), direction).inc()
-                what = "minReplicas of HPA" if spec.mode == "hpaFloor" else "replicas of"
+                what = {
+                    "hpaFloor": "minReplicas of HPA",
+                    "kedaTrigger": "plan served to KEDA for",
+                }.get(spec.mode, "replicas of")
                 await self.kube.post_event(
                     pool.ref,
                     "Normal",

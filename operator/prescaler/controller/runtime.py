@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import kopf
+from grpc import aio
 
 from prescaler.controller import handlers
 from prescaler.controller.calibrate import HistoryCalibrator
@@ -34,12 +35,18 @@ from prescaler.kube import (
     load_api_client,
 )
 from prescaler.metrics import Metrics
+from prescaler.scaler import TlsFiles, external_scaler, start_server
 from prescaler.settings import OperatorSettings
 
 log = logging.getLogger("prescaler")
 
 TLS_CLOSE_GRACE_SECONDS = 0.5
 """How long a stopping operator lets closed TLS connections finish closing."""
+
+SCALER_THREADS = 4
+"""API client threads of the KEDA external scaler (one GET per pool per cache period)."""
+SCALER_GRACE_SECONDS = 1.0
+"""How long a stopping operator lets the scaler's calls in flight finish."""
 
 SERVICE_ACCOUNT_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
 
@@ -145,6 +152,11 @@ async def operate(
     runtime = Runtime.build(settings, metrics)
     if settings.metrics.port > 0:
         runtime.metrics.serve(settings.metrics.port, settings.metrics.host)
+    try:
+        scaler = await serve_scaler(settings, runtime.metrics)
+    except BaseException:
+        runtime.close()  # e.g. the scaler's port is taken: nothing else started yet
+        raise
     gate = shard_gate(settings, runtime)
     elector = leader_elector(settings, runtime) if gate is None else None
     election_stop = asyncio.Event()
@@ -175,6 +187,14 @@ async def operate(
         prewarmer=prewarmer,
         shards=gate,
     )
+    if scaler is not None:
+        server = scaler[0]
+
+        # Before kopf cancels the tasks started after it (the scaler's calls among them).
+        @kopf.on.cleanup(registry=registry)
+        async def stop_scaler(**_: object) -> None:
+            await server.stop(SCALER_GRACE_SECONDS)
+
     try:
         await kopf.operator(
             registry=registry,
@@ -186,6 +206,9 @@ async def operate(
             ready_flag=ready_flag,
         )
     finally:
+        if scaler is not None:
+            await scaler[0].stop(None)  # stopped already, unless kopf never got to clean up
+            scaler[1].close()
         # Warm-ups end first (their connections close), while the API is still reachable.
         if prewarmer is not None:
             await prewarmer.close()
@@ -198,6 +221,37 @@ async def operate(
         # in later turns of the loop; ending the loop at once leaves them unclosed (aiohttp's
         # "graceful shutdown" advice).
         await asyncio.sleep(TLS_CLOSE_GRACE_SECONDS)
+
+
+async def serve_scaler(
+    settings: OperatorSettings, metrics: Metrics
+) -> tuple[aio.Server, KubeClient] | None:
+    """Start the KEDA external scaler when ``settings.scaler.port`` is set: every replica
+    serves it, whichever shards it holds, answering from the pools' status (read through
+    a client of its own, so an answer never queues behind reconciles)."""
+    ss = settings.scaler
+    if ss.port == 0:
+        return None
+    kube = KubeClient(
+        load_api_client(settings.reconcile.kubeconfig, pool_size=SCALER_THREADS), SCALER_THREADS
+    )
+    servicer = external_scaler(
+        kube,
+        allowed_namespaces=settings.watch.namespaces,
+        stale_seconds=ss.stale_periods * settings.reconcile.interval_seconds,
+        stream_seconds=ss.stream_seconds,
+        cache_seconds=ss.cache_seconds,
+        counter=metrics,
+    )
+    tls = None
+    if ss.tls_cert is not None and ss.tls_key is not None:
+        tls = TlsFiles(Path(ss.tls_cert), Path(ss.tls_key), Path(ss.tls_ca) if ss.tls_ca else None)
+    try:
+        server, _ = await start_server(servicer, ss.port, ss.host, tls)
+    except BaseException:
+        kube.close()
+        raise
+    return server, kube
 
 
 def _identity(settings: OperatorSettings) -> tuple[str, str]:

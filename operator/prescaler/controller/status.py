@@ -29,6 +29,7 @@ from prescaler.api import (
     HpaRecommendation,
     InferencePoolSpec,
     InferencePoolStatus,
+    KedaStatus,
     LookaheadStatus,
     PlanStatus,
     RecentTarget,
@@ -664,6 +665,7 @@ OBSERVATIONS = (
     "/degradation/forecastShortfallPercent",
     "/degradation/forecastShortfallTokensPerSecond",
     "/degradation/reasons",
+    "/keda",
 )
 """Status paths (of a pool, or of a role under ``roles``) that move with every reconcile's
 measurements and learning: demand, the forecast, the risk model, the comparison with a
@@ -879,6 +881,7 @@ def compose_status(
             recent_targets=[
                 RecentTarget(at=rfc3339(t), replicas=r) for t, r in decision.recent_targets
             ][-64:],
+            planned_at=stamp,
         ),
         forecast=forecast_status,
         demand=demand,
@@ -888,6 +891,40 @@ def compose_status(
         last_scale_time=stamp if applied else previous.last_scale_time,
         last_scale_up_time=stamp if up else previous.last_scale_up_time,
         last_scale_down_time=stamp if down else previous.last_scale_down_time,
+    )
+
+
+def keda_status(gathered: Gathered, planned: int, namespace: str, pool: str) -> KedaStatus | None:
+    """What KEDA does with the plan (mode ``kedaTrigger``), or ``None`` in other modes."""
+    keda = gathered.keda
+    if keda is None:
+        return None
+    workload = gathered.workload
+    triggers = keda.triggers_for(namespace, pool)
+    if triggers == 0:
+        message = (
+            f"ScaledObject {keda.name} has no external trigger with metadata pool: {pool}; "
+            "KEDA does not use the plan"
+        )
+    elif keda.fallback:
+        message = (
+            f"KEDA holds {workload.kind}/{workload.name} at its fallback ({workload.replicas} "
+            f"now): a trigger of ScaledObject {keda.name} keeps failing; the plan is {planned}"
+        )
+    else:
+        message = (
+            f"KEDA scales {workload.kind}/{workload.name} to the largest of its triggers: "
+            f"{workload.replicas} now, the plan {planned}"
+        )
+    return KedaStatus(
+        scaled_object=keda.name,
+        workload=f"{workload.kind}/{workload.name}",
+        hpa=keda.hpa_name,
+        workload_replicas=workload.replicas,
+        triggers=triggers,
+        active=keda.active,
+        fallback=keda.fallback,
+        message=message,
     )
 
 

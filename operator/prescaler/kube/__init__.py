@@ -18,6 +18,7 @@ from prescaler.kube._client import (
     parse_time,
     pod_start,
     rfc3339,
+    scaled_object_from,
 )
 from prescaler.kube._lease import LeaseElector, LeaseTimings
 from prescaler.kube._manifests import (
@@ -40,12 +41,16 @@ from prescaler.kube._manifests import (
 )
 from prescaler.kube._shards import ShardLeases, lease_threads
 from prescaler.kube._types import (
+    KEDA_GROUP,
+    KEDA_VERSION,
+    SCALED_OBJECTS,
     FieldWriter,
     Hpa,
     KubeError,
     NotFound,
     ObjectRef,
     PodStart,
+    ScaledObject,
     StandbyObservation,
     Workload,
 )
@@ -54,6 +59,8 @@ __all__ = [
     "DELETION_COST_ANNOTATION",
     "FIELD_MANAGER",
     "HASH_ANNOTATION",
+    "KEDA_GROUP",
+    "KEDA_VERSION",
     "POOL_LABEL",
     "ROLE_DEGRADATION",
     "ROLE_HOT",
@@ -61,6 +68,7 @@ __all__ = [
     "ROLE_PLACEHOLDER",
     "ROLE_PRE_PULL",
     "ROLE_PROMOTED",
+    "SCALED_OBJECTS",
     "FieldWriter",
     "Hpa",
     "KubeApi",
@@ -71,6 +79,7 @@ __all__ = [
     "NotFound",
     "ObjectRef",
     "PodStart",
+    "ScaledObject",
     "ShardLeases",
     "StandbyObservation",
     "Workload",
@@ -90,4 +99,5 @@ __all__ = [
     "pre_pull_daemonset",
     "promotion_patch",
     "rfc3339",
+    "scaled_object_from",
 ]

@@ -29,12 +29,15 @@ from urllib3.exceptions import HTTPError as TransportError
 
 from prescaler.kube._manifests import HASH_ANNOTATION, ROLE_LABEL
 from prescaler.kube._types import (
+    EXTERNAL_TRIGGERS,
+    KEDA_GROUP,
     FieldWriter,
     Hpa,
     KubeError,
     NotFound,
     ObjectRef,
     PodStart,
+    ScaledObject,
     StandbyObservation,
     Workload,
 )
@@ -154,7 +157,44 @@ def hpa_from(obj: dict[str, Any]) -> Hpa:
         target_name=ref.get("name", ""),
         min_replicas_writer=field_writer(obj, ("spec", "minReplicas")),
         target_utilization=hpa_target_share(spec.get("metrics"))[0],
+        scaled_object=next(
+            (
+                ref.get("name") or ""
+                for ref in meta.get("ownerReferences") or ()
+                if ref.get("kind") == "ScaledObject"
+                and str(ref.get("apiVersion", "")).startswith(f"{KEDA_GROUP}/")
+            ),
+            None,
+        ),
     )
+
+
+def scaled_object_from(obj: dict[str, Any]) -> ScaledObject:
+    """A KEDA ScaledObject: what it scales, its HPA, and the pools its triggers name."""
+    meta, spec, status = obj.get("metadata", {}), obj.get("spec", {}), obj.get("status", {})
+    ref = spec.get("scaleTargetRef") or {}
+    pools: list[tuple[str | None, str]] = []
+    for trigger in spec.get("triggers") or ():
+        metadata = trigger.get("metadata") or {}
+        if trigger.get("type") in EXTERNAL_TRIGGERS and metadata.get("pool"):
+            pools.append((metadata.get("namespace") or None, str(metadata["pool"])))
+    return ScaledObject(
+        name=meta.get("name", ""),
+        target_kind=ref.get("kind") or "Deployment",
+        target_name=ref.get("name", ""),
+        hpa_name=(status or {}).get("hpaName") or None,
+        pools=tuple(pools),
+        active=_condition((status or {}).get("conditions"), "Active"),
+        fallback=_condition((status or {}).get("conditions"), "Fallback"),
+    )
+
+
+def _condition(conditions: Any, type_: str) -> bool | None:
+    """A condition's status as a bool (``None``: not there, or ``Unknown``)."""
+    for condition in conditions or ():
+        if isinstance(condition, Mapping) and condition.get("type") == type_:
+            return {"True": True, "False": False}.get(str(condition.get("status")))
+    return None
 
 
 def hpa_target_share(metrics: Any) -> tuple[float | None, str]:
@@ -238,6 +278,9 @@ class KubeApi(Protocol):
     async def list_custom_object_uids(
         self, group: str, version: str, plural: str, namespace: str | None
     ) -> set[str]: ...
+    async def get_custom_object(
+        self, group: str, version: str, plural: str, namespace: str, name: str
+    ) -> dict[str, Any]: ...
     async def delete_pod(self, namespace: str, name: str) -> None: ...
     async def read_secret(self, namespace: str, name: str) -> dict[str, str]: ...
     async def read_config_map(self, namespace: str, name: str) -> dict[str, str]: ...
@@ -494,6 +537,16 @@ class KubeClient:
         except NotFound:
             return None
         return str((obj.get("metadata") or {}).get("uid") or "") or None
+
+    async def get_custom_object(
+        self, group: str, version: str, plural: str, namespace: str, name: str
+    ) -> dict[str, Any]:
+        """A custom object as the API server has it (:class:`NotFound` if it does not
+        exist): a pool read by the KEDA scaler, a ScaledObject read by a reconcile."""
+        obj = await self._call(
+            self.custom.get_namespaced_custom_object, group, version, namespace, plural, name
+        )
+        return dict(obj or {})
 
     async def list_custom_object_uids(
         self, group: str, version: str, plural: str, namespace: str | None

@@ -85,6 +85,39 @@ class Hpa:
     target_utilization: float | None = None
     """Its target as a share of a replica's capacity (``averageUtilization: 70``: 0.7; the
     lowest of several); ``None`` when it has none that reads as a share."""
+    scaled_object: str | None = None
+    """The KEDA ScaledObject that owns it (its controlling ``ownerReference``, kind
+    ``ScaledObject`` of ``keda.sh``): KEDA writes its bounds, so nobody else may."""
+
+
+KEDA_GROUP = "keda.sh"
+KEDA_VERSION = "v1alpha1"
+SCALED_OBJECTS = "scaledobjects"
+EXTERNAL_TRIGGERS = ("external", "external-push")
+
+
+@dataclass(frozen=True, slots=True)
+class ScaledObject:
+    """A KEDA ScaledObject as a pool in mode ``kedaTrigger`` sees it."""
+
+    name: str
+    target_kind: str
+    """``scaleTargetRef.kind`` (KEDA's default: ``Deployment``)."""
+    target_name: str
+    hpa_name: str | None
+    """The HPA KEDA made for it (``status.hpaName``), once it has."""
+    pools: tuple[tuple[str | None, str], ...]
+    """``(namespace or None, pool)`` named by each of its ``external``/``external-push``
+    triggers (``metadata.namespace``, ``metadata.pool``)."""
+    active: bool | None = None
+    """Its condition ``Active`` (KEDA's activity: some trigger above zero), when reported."""
+    fallback: bool | None = None
+    """Its condition ``Fallback``: KEDA scales to ``spec.fallback.replicas`` because a
+    trigger's scaler keeps failing."""
+
+    def triggers_for(self, namespace: str, pool: str) -> int:
+        """How many of its triggers ask prescaler for this pool's plan."""
+        return sum(1 for ns, name in self.pools if name == pool and ns in (None, namespace))
 
 
 @dataclass(frozen=True, slots=True)

@@ -92,7 +92,7 @@ RISK_MEMORY_PERIODS = 2
 stabilization periods. Its targets follow what is known now, which jumps with a noisy
 observation or forecast: a release must outlast those jumps, or the fleet flaps."""
 
-Mode = Literal["replicas", "hpaFloor"]
+Mode = Literal["replicas", "hpaFloor", "kedaTrigger"]
 ScaleDownMode = Literal["forecast", "paced"]
 Action = Literal["scale_up", "scale_down", "hold", "steady"]
 Driver = Literal[
@@ -170,7 +170,8 @@ class ScalingPolicy:
     standby_max_replicas: int = 0
     """Upper bound on warm standby (placeholders); 0 disables standby."""
     mode: Mode = "replicas"
-    """``replicas`` sets the target's replica count; ``hpaFloor`` sets an HPA's minReplicas."""
+    """``replicas`` sets the target's replica count; ``hpaFloor`` sets an HPA's minReplicas;
+    ``kedaTrigger`` serves the plan as a KEDA trigger's metric."""
 
     def __post_init__(self) -> None:
         if self.min_replicas < 0:
@@ -194,7 +195,8 @@ class FleetState:
     """What the cluster looks like now, as far as the planner cares."""
 
     current_replicas: int
-    """Replicas the target asks for now (in hpaFloor mode: the HPA's current minReplicas)."""
+    """Replicas the target asks for now (in hpaFloor mode: the HPA's current minReplicas; in
+    kedaTrigger mode: the plan last served)."""
     ready_replicas: int = 0
     last_scale_up_at: float | None = None
     last_scale_down_at: float | None = None
