@@ -108,9 +108,10 @@ for t in "${TARGETS[@]}"; do
 done
 
 # KEDA's CRDs, from the pinned module's config/crd/bases, next to the binaries
-# (the tests install them into the local cluster).
+# (the tests install them into the local cluster): keda.sh's and eventing.keda.sh's, as
+# the operator watches both.
 KEDA_CRDS="$CACHE/keda/crds"
-keda_crds_want="$(stamp_for keda crds)"
+keda_crds_want="$(stamp_for keda "crds=config/crd/bases/*.yaml")"
 keda_crds_stale=1
 if [[ "$(cat "$STAMPS/keda-crds" 2>/dev/null)" == "$keda_crds_want" ]] \
     && compgen -G "$KEDA_CRDS/*.yaml" >/dev/null; then
@@ -122,9 +123,9 @@ if [[ ${#stale[@]} -eq 0 && $keda_crds_stale -eq 0 ]]; then
     exit 0
 fi
 if [[ $CHECK_ONLY -eq 1 ]]; then
-    names="$(printf '%s ' "${stale[@]%%|*}")"
-    if [[ $keda_crds_stale -eq 1 ]]; then names+="keda-crds"; fi
-    echo "cluster-bin: stale: $names" >&2
+    names=("${stale[@]%%|*}")
+    if [[ $keda_crds_stale -eq 1 ]]; then names+=("keda-crds"); fi
+    echo "cluster-bin: stale: ${names[*]}" >&2
     exit 1
 fi
 
@@ -133,7 +134,7 @@ if [[ $keda_crds_stale -eq 1 ]]; then
         && go list -m -f '{{.Dir}}' github.com/kedacore/keda/v2)/config/crd/bases"
     rm -rf "$KEDA_CRDS.tmp"
     mkdir -p "$KEDA_CRDS.tmp"
-    cp "$src"/keda.sh_*.yaml "$KEDA_CRDS.tmp/"
+    cp "$src"/*.yaml "$KEDA_CRDS.tmp/"
     chmod u+w "$KEDA_CRDS.tmp"/*.yaml
     rm -rf "$KEDA_CRDS"
     mv "$KEDA_CRDS.tmp" "$KEDA_CRDS"

@@ -6,7 +6,9 @@ launcher runs the control plane: logs in files, free loopback ports, waits on re
 stopped by PID. What the Helm chart would do in a real cluster is done here by hand:
 
 - KEDA's CRDs (ScaledObject, ScaledJob, TriggerAuthentication,
-  ClusterTriggerAuthentication), copied from the pinned module by ``make cluster-bin``.
+  ClusterTriggerAuthentication, and eventing's CloudEventSource and
+  ClusterCloudEventSource, which the operator watches too), copied from the pinned module
+  by ``make cluster-bin``.
 - The ``keda`` namespace (``POD_NAMESPACE`` and ``KEDA_CLUSTER_OBJECT_NAMESPACE``); the
   operator watches every namespace (``WATCH_NAMESPACE=""``).
 - The certificates the two use between themselves (the adapter calls the operator's gRPC
@@ -132,7 +134,7 @@ class Keda:
         and wait until it is Available. Raises ``procs.ComponentError`` (with the logs)
         and leaves nothing running when start-up fails."""
         require_binaries(BINARIES)
-        crds = sorted(keda_crds_dir().glob("keda.sh_*.yaml"))
+        crds = sorted(keda_crds_dir().glob("*.yaml"))
         if not crds:
             raise MissingBinaryError(
                 f"KEDA's CRDs are missing in {keda_crds_dir()}: run `make cluster-bin`"
