@@ -146,7 +146,7 @@ if [[ ${#stale[@]} -eq 0 ]]; then
 fi
 
 echo "cluster-bin: building ${#stale[@]} of ${#TARGETS[@]} binaries into $BIN ($GO_VERSION)."
-echo "cluster-bin: a cold build takes a long time on 2 cores (roughly 20-40 minutes)."
+echo "cluster-bin: a cold build takes a long time on 2 cores (roughly 45-60 minutes)."
 total_start=$SECONDS
 i=0
 for s in "${stale[@]}"; do
