@@ -27,6 +27,11 @@ The kube-controller-manager's HPA controller (15 s sync) then scales what KEDA's
 
 KEDA's scalers run in the operator process on this machine: an ``external`` trigger's
 ``scalerAddress`` is ``127.0.0.1:<port>`` of a local server (:func:`scaler_address`).
+KEDA asks an external scaler for its metric spec before it reads a metric, and its
+``fallback`` counts only failed reads: an external scaler that answers ``GetMetricSpec`` but
+fails ``GetMetrics`` gets the fallback replicas, one that cannot be reached at all does not
+(the HPA holds its replicas; kedacore/keda#8056), nor does a ScaledObject whose scaler was
+never reached get an HPA.
 
 Usage::
 
