@@ -45,6 +45,8 @@ TARGETS=(
     "kwokctl|kwok|sigs.k8s.io/kwok/cmd/kwokctl"
     "kubectl|kube|k8s.io/kubernetes/cmd/kubectl"
     "helm|helm|helm.sh/helm/v3/cmd/helm"
+    "keda-operator|keda|github.com/kedacore/keda/v2/cmd/operator"
+    "keda-adapter|keda|github.com/kedacore/keda/v2/cmd/adapter"
 )
 
 GO_VERSION="$(go env GOVERSION)"
@@ -77,6 +79,13 @@ ldflags_for() { # module dir -> extra -X flags so binaries report their real ver
                 "-X $p/pkg/lint/rules.k8sVersionMajor=$major -X $p/pkg/lint/rules.k8sVersionMinor=$minor" \
                 "-X $p/pkg/chartutil.k8sVersionMajor=$major -X $p/pkg/chartutil.k8sVersionMinor=$minor"
             ;;
+        keda)
+            # As KEDA's Makefile: the version the operator and adapter log and report
+            # (its release images carry the tag without the leading v).
+            local v
+            v="$(module_version keda github.com/kedacore/keda/v2)"
+            echo "-X github.com/kedacore/keda/v2/version.Version=${v#v}"
+            ;;
         *) echo "" ;;
     esac
 }
@@ -98,17 +107,46 @@ for t in "${TARGETS[@]}"; do
     stale+=("$name|$mod|$pkg|$want|$ld")
 done
 
-if [[ ${#stale[@]} -eq 0 ]]; then
+# KEDA's CRDs, from the pinned module's config/crd/bases, next to the binaries
+# (the tests install them into the local cluster): keda.sh's and eventing.keda.sh's, as
+# the operator watches both.
+KEDA_CRDS="$CACHE/keda/crds"
+keda_crds_want="$(stamp_for keda "crds=config/crd/bases/*.yaml")"
+keda_crds_stale=1
+if [[ "$(cat "$STAMPS/keda-crds" 2>/dev/null)" == "$keda_crds_want" ]] \
+    && compgen -G "$KEDA_CRDS/*.yaml" >/dev/null; then
+    keda_crds_stale=0
+fi
+
+if [[ ${#stale[@]} -eq 0 && $keda_crds_stale -eq 0 ]]; then
     echo "cluster-bin: all ${#TARGETS[@]} binaries are up to date in $BIN"
     exit 0
 fi
 if [[ $CHECK_ONLY -eq 1 ]]; then
-    echo "cluster-bin: stale: $(printf '%s ' "${stale[@]%%|*}")" >&2
+    names=("${stale[@]%%|*}")
+    if [[ $keda_crds_stale -eq 1 ]]; then names+=("keda-crds"); fi
+    echo "cluster-bin: stale: ${names[*]}" >&2
     exit 1
 fi
 
+if [[ $keda_crds_stale -eq 1 ]]; then
+    src="$(cd "$TOOLS/keda" && go mod download github.com/kedacore/keda/v2 \
+        && go list -m -f '{{.Dir}}' github.com/kedacore/keda/v2)/config/crd/bases"
+    rm -rf "$KEDA_CRDS.tmp"
+    mkdir -p "$KEDA_CRDS.tmp"
+    cp "$src"/*.yaml "$KEDA_CRDS.tmp/"
+    chmod u+w "$KEDA_CRDS.tmp"/*.yaml
+    rm -rf "$KEDA_CRDS"
+    mv "$KEDA_CRDS.tmp" "$KEDA_CRDS"
+    echo "$keda_crds_want" >"$STAMPS/keda-crds"
+    echo "cluster-bin: KEDA's CRDs copied into $KEDA_CRDS"
+fi
+if [[ ${#stale[@]} -eq 0 ]]; then
+    exit 0
+fi
+
 echo "cluster-bin: building ${#stale[@]} of ${#TARGETS[@]} binaries into $BIN ($GO_VERSION)."
-echo "cluster-bin: a cold build takes a long time on 2 cores (roughly 20-40 minutes)."
+echo "cluster-bin: a cold build takes a long time on 2 cores (roughly 45-60 minutes)."
 total_start=$SECONDS
 i=0
 for s in "${stale[@]}"; do

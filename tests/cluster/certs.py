@@ -1,8 +1,10 @@
 """Throw-away PKI for the local API server, made with the openssl command.
 
 A CA, a serving certificate for 127.0.0.1, an admin client certificate in the
-``system:masters`` group, and the service-account signing key pair. EC P-256 keys keep
-generation well under a second.
+``system:masters`` group, the service-account signing key pair, and the aggregation
+layer's front proxy: its own CA and the client certificate the API server presents to
+aggregated API servers (such as KEDA's metrics API server). EC P-256 keys keep generation
+well under a second.
 """
 
 from __future__ import annotations
@@ -12,6 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 SERVICE_CLUSTER_IP = "10.96.0.1"
+FRONT_PROXY_CLIENT = "front-proxy-client"
+"""The front proxy's client certificate CN (the API server's --requestheader-allowed-names)."""
 
 
 @dataclass(frozen=True)
@@ -24,6 +28,9 @@ class Pki:
     admin_key: Path
     sa_key: Path
     sa_pub: Path
+    front_proxy_ca_crt: Path
+    front_proxy_client_crt: Path
+    front_proxy_client_key: Path
 
 
 def _openssl(*args: str | Path) -> None:
@@ -47,19 +54,24 @@ def _signed(d: Path, name: str, subject: str, extensions: str, pki_ca: tuple[Pat
     )  # fmt: skip
 
 
-def make_pki(d: Path) -> Pki:
-    """Create all keys and certificates in directory ``d``."""
-    d.mkdir(parents=True, exist_ok=True)
-    ca_key, ca_crt = d / "ca.key", d / "ca.crt"
-    _key(ca_key)
+def _ca(d: Path, name: str, common_name: str) -> tuple[Path, Path]:
+    crt, key = d / f"{name}.crt", d / f"{name}.key"
+    _key(key)
     _openssl(
-        "req", "-x509", "-new", "-key", ca_key, "-subj", "/CN=prescaler-local-ca",
+        "req", "-x509", "-new", "-key", key, "-subj", f"/CN={common_name}",
         "-days", "3650", "-sha256",
         "-addext", "basicConstraints=critical,CA:TRUE",
         "-addext", "keyUsage=critical,keyCertSign,cRLSign,digitalSignature",
-        "-out", ca_crt,
+        "-out", crt,
     )  # fmt: skip
-    ca = (ca_crt, ca_key)
+    return crt, key
+
+
+def make_pki(d: Path) -> Pki:
+    """Create all keys and certificates in directory ``d``."""
+    d.mkdir(parents=True, exist_ok=True)
+    ca = _ca(d, "ca", "prescaler-local-ca")
+    ca_crt, ca_key = ca
     _signed(
         d, "apiserver", "/CN=kube-apiserver",
         "basicConstraints=CA:FALSE\nkeyUsage=critical,digitalSignature,keyEncipherment\n"
@@ -77,6 +89,13 @@ def make_pki(d: Path) -> Pki:
     sa_key, sa_pub = d / "sa.key", d / "sa.pub"
     _key(sa_key)
     _openssl("pkey", "-in", sa_key, "-pubout", "-out", sa_pub)
+    front_proxy_ca = _ca(d, "front-proxy-ca", "prescaler-front-proxy-ca")
+    _signed(
+        d, FRONT_PROXY_CLIENT, f"/CN={FRONT_PROXY_CLIENT}",
+        "basicConstraints=CA:FALSE\nkeyUsage=critical,digitalSignature,keyEncipherment\n"
+        "extendedKeyUsage=clientAuth\n",
+        front_proxy_ca,
+    )  # fmt: skip
     return Pki(
         ca_crt=ca_crt,
         ca_key=ca_key,
@@ -86,4 +105,24 @@ def make_pki(d: Path) -> Pki:
         admin_key=d / "admin.key",
         sa_key=sa_key,
         sa_pub=sa_pub,
+        front_proxy_ca_crt=front_proxy_ca[0],
+        front_proxy_client_crt=d / f"{FRONT_PROXY_CLIENT}.crt",
+        front_proxy_client_key=d / f"{FRONT_PROXY_CLIENT}.key",
     )
+
+
+def make_service_certs(d: Path, common_name: str, dns_names: list[str]) -> Path:
+    """A CA of its own and one certificate signed by it, for both ends of a service's
+    mutual TLS (server and client use), valid for 127.0.0.1, localhost and ``dns_names``.
+    Written as ``ca.crt``, ``tls.crt`` and ``tls.key`` in ``d`` (the layout of a
+    kubernetes.io/tls Secret with its CA, as KEDA mounts it); returns ``d``."""
+    d.mkdir(parents=True, exist_ok=True)
+    ca = _ca(d, "ca", f"{common_name}-ca")
+    sans = ",".join(["IP:127.0.0.1", "DNS:localhost", *(f"DNS:{n}" for n in dns_names)])
+    _signed(
+        d, "tls", f"/CN={common_name}",
+        "basicConstraints=CA:FALSE\nkeyUsage=critical,digitalSignature,keyEncipherment\n"
+        f"extendedKeyUsage=serverAuth,clientAuth\nsubjectAltName={sans}\n",
+        ca,
+    )  # fmt: skip
+    return d

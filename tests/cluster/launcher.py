@@ -40,7 +40,7 @@ from typing import Any
 import yaml
 
 from . import procs
-from .certs import Pki, make_pki
+from .certs import FRONT_PROXY_CLIENT, Pki, make_pki
 from .kwok_stages import GPU_RESOURCE, stages_yaml
 from .paths import bin_dir, require_binaries
 
@@ -219,6 +219,18 @@ class LocalCluster:
                 f"--tls-cert-file={pki.server_crt}",
                 f"--tls-private-key-file={pki.server_key}",
                 f"--client-ca-file={pki.ca_crt}",
+                # The aggregation layer (KEDA's metrics API server is an aggregated API):
+                # the API server proxies to it as the front proxy, with user and groups in
+                # headers, trusted through the front proxy's own CA. The aggregator dials the
+                # APIService's Service by its ClusterIP, or by the name of an ExternalName
+                # Service (no aggregator routing: EndpointSlices refuse loopback addresses).
+                f"--requestheader-client-ca-file={pki.front_proxy_ca_crt}",
+                f"--requestheader-allowed-names={FRONT_PROXY_CLIENT}",
+                "--requestheader-extra-headers-prefix=X-Remote-Extra-",
+                "--requestheader-group-headers=X-Remote-Group",
+                "--requestheader-username-headers=X-Remote-User",
+                f"--proxy-client-cert-file={pki.front_proxy_client_crt}",
+                f"--proxy-client-key-file={pki.front_proxy_client_key}",
                 f"--service-account-key-file={pki.sa_pub}",
                 f"--service-account-signing-key-file={pki.sa_key}",
                 "--service-account-issuer=https://kubernetes.default.svc.cluster.local",

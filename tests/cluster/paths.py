@@ -22,6 +22,11 @@ def bin_dir() -> Path:
     return cache_dir() / "bin"
 
 
+def keda_crds_dir() -> Path:
+    """KEDA's CRDs, copied from the pinned KEDA module by ``make cluster-bin``."""
+    return cache_dir() / "keda" / "crds"
+
+
 class MissingBinaryError(RuntimeError):
     """A harness binary is not built or installed."""
 
