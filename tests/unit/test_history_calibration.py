@@ -157,6 +157,11 @@ def test_the_condition_says_what_the_margin_stands_on() -> None:
     assert (failed.status, failed.reason) == ("False", "HistoryUnavailable")
     assert "cannot be read" in failed.message
     assert "lookaheads" in failed.message
+    waiting = calibrated_condition(
+        RiskStatus(outcomes=1), CalibrationView(waiting="its forecast model"), objective
+    )
+    assert (waiting.status, waiting.reason) == ("False", "Pending")
+    assert "waits for its forecast model" in waiting.message
     live = calibrated_condition(RiskStatus(outcomes=60), None, objective)
     assert (live.status, live.reason) == ("True", "Live")
     history = calibrated_condition(

@@ -88,6 +88,8 @@ class Outcome:
     ppool_output: str = ""
     measured_cold_start: float | None = None
     forecast_model: str | None = None
+    risk_calibrated: str | None = None
+    """The pool's RiskCalibrated condition at the end: reason and message."""
     prescaler_unserved: float | None = None
     prescaler_gpu_hours: float | None = None
     hpa_unserved: float | None = None
@@ -412,6 +414,12 @@ def _with_api(
         f"   cold start in use {cold.get('seconds', '-')} s ({cold.get('source', '-')}); "
         f"forecast model {result.forecast_model}"
     )
+    calibrated = next(
+        (c for c in status.get("conditions", []) if c.get("type") == "RiskCalibrated"), None
+    )
+    if calibrated is not None:
+        result.risk_calibrated = f"{calibrated.get('reason')}: {calibrated.get('message')}"
+        say(f"   risk margin: {result.risk_calibrated}")
     _report(sc, out, result, samples, start)
 
 

@@ -83,6 +83,8 @@ class CalibrationView:
     running: bool = False
     problem: tuple[str, str] | None = None
     """Why there is no seed: a condition reason and message."""
+    waiting: str | None = None
+    """What the replay waits for before it starts."""
 
 
 @dataclass(frozen=True)
@@ -368,6 +370,13 @@ def calibrated_condition(
             "False",
             "Replaying",
             f"replaying the pool's demand history to seed the margin; {live}",
+        )
+    if view is not None and view.waiting is not None:
+        return ConditionUpdate(
+            RISK_CALIBRATED,
+            "False",
+            "Pending",
+            f"the replay of the pool's history waits for {view.waiting}; {live}",
         )
     return ConditionUpdate(RISK_CALIBRATED, "False", "Pending", live)
 

@@ -144,6 +144,7 @@ from prescaler.sources import (
     SourceError,
     render_queries,
 )
+from prescaler_forecast import AUTO
 
 DEFAULT_PRIORITY_CLASS = "prescaler-placeholder"
 SHARED_SNAPSHOT_SECONDS = 15.0
@@ -156,6 +157,9 @@ learning, and one that stops writes it first)."""
 REPLAY_DECISION_SECONDS = ReconcileSettings().interval_seconds
 """A replay of a new pool's history (its seed) plans at most this often: the operator's
 default period."""
+WAIT_FOR_MODEL = ("Interim", "Pending", "InsufficientHistory")
+"""Forecast reasons under which the model a pool forecasts with is a stand-in: its seed's
+replay waits for the real one."""
 RECHECK_PERIODS = 10
 """A degradation ConfigMap whose content did not change is read back once in this many
 reconcile periods (else never, as long as its content stays)."""
@@ -516,11 +520,21 @@ class Reconciler:
         if not needs_seed(previous.risk, objective) or cached is None:
             self.calibrator.forget(key)
             return None
+        # The replay forecasts with the model the pool forecasts with now (auto's choice):
+        # a replay that selected again at every refit would take minutes, not seconds.
+        # Until the pool has its own choice (its first selection), the replay waits.
+        replayed = spec
+        if spec.forecast.model == AUTO:
+            result = gathered.forecast
+            if result is None or result.forecast is None or result.reason in WAIT_FOR_MODEL:
+                return CalibrationView(waiting="its forecast model (auto's first choice)")
+            forecast = spec.forecast.model_copy(update={"model": result.forecast.model})
+            replayed = spec.model_copy(update={"forecast": forecast})
         # The replay plans as often as the operator does, but at most every default period
         # (a shorter period, as in tests, only multiplies the replay's work).
         decision = max(self.interval_seconds, REPLAY_DECISION_SECONDS)
         job = CalibrationJob(
-            spec=spec,
+            spec=replayed,
             source=cached[1],
             series_id=cached[0],
             capacity=capacity,
