@@ -389,6 +389,8 @@ class RiskStatus(WireModel):
     """Hours of history the seed replayed (after the forecaster's warm-up)."""
     seeded_at: float | None = None
     """When the seed was taken (unix seconds)."""
+    seed_seconds: float | None = None
+    """How long the replay took, from the request to its result (seconds)."""
 
 
 class AgainstHpaHour(WireModel):

@@ -27,7 +27,7 @@ import math
 import time
 from collections.abc import Callable
 from concurrent.futures import Executor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Final
 
 import numpy as np
@@ -73,6 +73,8 @@ class Seed:
     risk: PeakRisk
     against_hpa: AgainstHpaWindow
     replayed_hours: float
+    seconds: float = 0.0
+    """How long the replay took, from the request to its result."""
 
 
 @dataclass(frozen=True)
@@ -184,8 +186,10 @@ class HistoryCalibrator:
                 replay.task.cancel()
 
     async def _run(self, replay: _Replay, job: CalibrationJob) -> None:
+        started = self.clock()
         try:
-            replay.seed = await self._replay(job)
+            seed = await self._replay(job)
+            replay.seed = replace(seed, seconds=max(0.0, self.clock() - started))
         except asyncio.CancelledError:
             raise
         except _Problem as exc:
@@ -349,12 +353,13 @@ def calibrated_condition(
     need = objective.min_outcomes
     if risk is not None and risk.seeded_from == "history":
         hours = risk.seeded_hours or 0.0
+        took = f" (in {risk.seed_seconds:.0f} s)" if risk.seed_seconds is not None else ""
         return ConditionUpdate(
             RISK_CALIBRATED,
             "True",
             "FromHistory",
             f"seeded by replaying {hours:.1f} h of the pool's demand history through the "
-            f"planner; {outcomes} lookaheads scored since",
+            f"planner{took}; {outcomes} lookaheads scored, the replay's included",
         )
     if outcomes >= need:
         return ConditionUpdate(
@@ -401,6 +406,7 @@ def with_history_seed(
                     "seeded_from": "history",
                     "seeded_hours": round(seed.replayed_hours, 3),
                     "seeded_at": round(now, 3),
+                    "seed_seconds": round(seed.seconds, 1),
                 }
             )
         elif previous.risk is not None and previous.risk.seeded_from is not None:
@@ -409,6 +415,7 @@ def with_history_seed(
                     "seeded_from": previous.risk.seeded_from,
                     "seeded_hours": previous.risk.seeded_hours,
                     "seeded_at": previous.risk.seeded_at,
+                    "seed_seconds": previous.risk.seed_seconds,
                 }
             )
     if against is not None:
