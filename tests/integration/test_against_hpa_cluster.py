@@ -29,15 +29,12 @@ from typing import Any
 import numpy as np
 import pytest
 
-from cluster.launcher import LocalCluster
-from cluster.objects import gpu_deployment
-from cluster.prometheus import Prometheus, vllm_samples
-from integration.operator_fixtures import (  # noqa: F401 (fixtures)
-    Kube,
-    crd_fixture,
-    running_operator,
-    wait_for,
+from integration.history_world import (  # noqa: F401 (fixtures)
+    RECENT_HOUR,
+    HistoryWorld,
+    world_fixture,
 )
+from integration.operator_fixtures import Kube, crd_fixture, wait_for  # noqa: F401 (fixtures)
 from prescaler.backtest import Demand, FleetConfig, ReactivePolicy, score, simulate
 from prescaler.sources import render_queries
 
@@ -81,37 +78,23 @@ def _rate(t: float, origin: float) -> float:
     return HIGH if (t - origin) % PERIOD < HIGH_SECONDS else LOW
 
 
-def _backfill(prometheus: Prometheus, namespace: str, origin: float) -> None:
-    """An hour of history and three hours ahead (the live samples), one phase for both."""
+def _pool_over_history(world: HistoryWorld, origin: float) -> None:
+    """An hour of history and three hours ahead (the live samples), one phase for both, and
+    the dry-run pool over it."""
     now = time.time()
-    start = now - 3600
-    times = [start + 15 * i for i in range(int((now + 3 * 3600 - start) // 15))]
-    prometheus.backfill(
-        vllm_samples(
-            times, [_rate(t, origin) for t in times], namespace=namespace, model_name="llm"
-        )
-    )
-
-
-def _create_pool(k: Kube, prometheus: Prometheus, selector: str) -> None:
-    k.create_pool(
+    world.pool_over_history(
         "chat",
-        {
-            "target": {"name": "llm"},
+        lambda t: _rate(t, origin),
+        now - 3600,
+        now + 3 * 3600,
+        pool={
             "minReplicas": 1,
             "maxReplicas": 10,
             "dryRun": True,
             "model": {"tokensPerSecond": 3750},
             "coldStart": {"mode": "fixed", "seconds": COLD_START},
-            "forecast": {
-                "prometheus": {"url": prometheus.url},
-                "selector": selector,
-                "model": "recent_mean",
-                "lookbackSeconds": 3600,
-                "stepSeconds": 60,
-                "horizonSeconds": 600,
-            },
         },
+        forecast=RECENT_HOUR,
     )
 
 
@@ -124,21 +107,12 @@ def _observed_minutes(against: dict[str, Any]) -> float:
 
 
 def test_a_dry_run_pool_compares_itself_with_a_shadow_hpa_as_the_backtest_does(
-    cluster: LocalCluster,
-    crd: None,
-    kube: Any,
-    namespace: str,
-    prometheus: Prometheus,
-    monkeypatch: pytest.MonkeyPatch,
+    world: HistoryWorld,
 ) -> None:
-    monkeypatch.setenv("KUBECONFIG", str(cluster.kubeconfig))
-    k = Kube(kube, namespace)
+    k, prometheus = world.kube, world.prometheus
     origin = _origin(START_PHASE[0])  # the pool starts in the low phase
-    _backfill(prometheus, namespace, origin)
-    selector = f'namespace="{namespace}"'
-    k.create_deployment(gpu_deployment("llm", 1))
-    _create_pool(k, prometheus, selector)
-    with running_operator(cluster, namespace, interval_seconds=2.0):
+    _pool_over_history(world, origin)
+    with world.operator(interval_seconds=2.0):
         wait_for(
             lambda: _observed_minutes(_against(k)) >= OBSERVE_MINUTES,
             OBSERVE_MINUTES * 60 + 600,
@@ -161,7 +135,7 @@ def test_a_dry_run_pool_compares_itself_with_a_shadow_hpa_as_the_backtest_does(
     phase = (first - origin) % PERIOD
     assert START_PHASE[0] <= phase < START_PHASE[1], f"the operator started late ({phase:.0f} s)"
     minutes = int(seconds // 60)
-    query = render_queries("vllm", selector=selector, window="2m").demand_query
+    query = render_queries("vllm", selector=world.selector, window="2m").demand_query
     # The shadow scored each step on the demand the reconcile after it observed.
     values = prometheus.query_range(query, first + 15, first + 60 * minutes, 15)["result"]
     rates = np.array([float(v) for _, v in values[0]["values"]])
@@ -198,19 +172,10 @@ def test_a_dry_run_pool_compares_itself_with_a_shadow_hpa_as_the_backtest_does(
 
 
 def test_a_restarted_operator_goes_on_counting_against_the_shadow_hpa_from_status(
-    cluster: LocalCluster,
-    crd: None,
-    kube: Any,
-    namespace: str,
-    prometheus: Prometheus,
-    monkeypatch: pytest.MonkeyPatch,
+    world: HistoryWorld,
 ) -> None:
-    monkeypatch.setenv("KUBECONFIG", str(cluster.kubeconfig))
-    k = Kube(kube, namespace)
-    origin = _origin(RESTART_PHASE)
-    _backfill(prometheus, namespace, origin)
-    k.create_deployment(gpu_deployment("llm", 1))
-    _create_pool(k, prometheus, f'namespace="{namespace}"')
+    k = world.kube
+    _pool_over_history(world, _origin(RESTART_PHASE))
 
     def counted_a_jump() -> dict[str, Any] | None:
         # A few minutes, one of them short (the jump): a restart that dropped the counters
@@ -220,7 +185,7 @@ def test_a_restarted_operator_goes_on_counting_against_the_shadow_hpa_from_statu
             return None
         return a if a["last24Hours"]["hpaShortMinutes"] >= 1 else None
 
-    with running_operator(cluster, namespace, interval_seconds=2.0):
+    with world.operator(interval_seconds=2.0):
         wait_for(
             counted_a_jump,
             MINUTES_BEFORE_RESTART * 60 + PERIOD + 600,
@@ -232,7 +197,7 @@ def test_a_restarted_operator_goes_on_counting_against_the_shadow_hpa_from_statu
 
     # A restarted operator goes on from the counters in status.
     kept_minutes = _observed_minutes(against)
-    with running_operator(cluster, namespace, interval_seconds=2.0):
+    with world.operator(interval_seconds=2.0):
         resumed = wait_for(
             lambda: (
                 (a := _against(k))

@@ -13,17 +13,18 @@ from __future__ import annotations
 import json
 import math
 import time
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from cluster.grafana import DASHBOARD, queries, substitute
-from cluster.launcher import LocalCluster
-from cluster.objects import gpu_deployment
-from cluster.prometheus import Prometheus, vllm_samples
+from cluster.prometheus import Prometheus
+from integration.history_world import (  # noqa: F401 (fixtures)
+    RECENT_HOUR,
+    HistoryWorld,
+    world_fixture,
+)
 from integration.operator_fixtures import (  # noqa: F401 (fixtures)
-    Kube,
     crd_fixture,
     operator_process,
     wait_for,
@@ -59,41 +60,24 @@ def _empty(prometheus: Prometheus, namespace: str) -> list[str]:
     return empty
 
 
-def test_every_dashboard_query_returns_data(
-    cluster: LocalCluster,
-    crd: None,
-    kube: Any,
-    namespace: str,
-    prometheus: Prometheus,
-    tmp_path: Path,
-) -> None:
-    k = Kube(kube, namespace)
+def test_every_dashboard_query_returns_data(world: HistoryWorld) -> None:
+    k, namespace, tmp_path = world.kube, world.namespace, world.tmp_path
     now = time.time()
-    start = now - 3 * 3600
-    times = [start + 15 * i for i in range(int((now + 3600 - start) // 15))]
-    rates = [6 + 4 * math.sin(2 * math.pi * t / 1800) for t in times]
-    prometheus.backfill(vllm_samples(times, rates, namespace=namespace, model_name="llm"))
-    k.create_deployment(gpu_deployment("llm", 1))
-    k.create_pool(
+    world.pool_over_history(
         "chat",
-        {
-            "target": {"name": "llm"},
+        lambda t: 6 + 4 * math.sin(2 * math.pi * t / 1800),
+        now - 3 * 3600,
+        now + 3600,
+        pool={
             "minReplicas": 1,
             "maxReplicas": 6,
             "model": {"tokensPerSecond": 3750},
             "coldStart": {"mode": "fixed", "seconds": 30},
-            "forecast": {
-                "prometheus": {"url": prometheus.url},
-                "selector": f'namespace="{namespace}"',
-                "model": "recent_mean",
-                "lookbackSeconds": 3600,
-                "stepSeconds": 60,
-                "horizonSeconds": 600,
-            },
         },
+        forecast=RECENT_HOUR,
     )
     scraper = Prometheus(tmp_path / "scraper", scrape_interval_s=SCRAPE_SECONDS)
-    with operator_process(cluster, namespace, tmp_path / "operator.log") as (_, port):
+    with operator_process(world.cluster, namespace, tmp_path / "operator.log") as (_, port):
         scraper.scrape_targets = (f"127.0.0.1:{port}",)
         scraper.start()
         try:

@@ -17,26 +17,23 @@ import math
 import time
 from collections.abc import Sequence
 from contextlib import AbstractContextManager
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-from cluster.launcher import LocalCluster
 from cluster.objects import gpu_deployment
-from cluster.prometheus import (
-    Prometheus,
-    Sample,
-    counter_from_rate,
-    gauge_from_values,
-    vllm_samples,
+from cluster.prometheus import Sample, counter_from_rate, gauge_from_values
+from integration.history_world import (  # noqa: F401 (fixtures)
+    LIVE_RECENT_MEAN,
+    SCRAPE_SECONDS,
+    HistoryWorld,
+    scrape_times,
+    world_fixture,
 )
 from integration.operator_fixtures import (  # noqa: F401 (fixtures)
     Kube,
-    chart_operator,
     crd_fixture,
     recorded,
-    running_operator,
     wait_for,
 )
 
@@ -45,13 +42,8 @@ pytestmark = [pytest.mark.cluster, pytest.mark.prometheus]
 # 600 prompt + 150 output tokens per request (the harness' vLLM profile): 5 req/s a replica.
 MODEL = {"tokensPerSecond": 3750, "promptTokens": 600, "outputTokens": 150}
 PODS = ("a", "b")
-SCRAPE = 15.0
 TTFT_BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, math.inf)
 HOLD = 20
-
-
-def _times(start: float, end: float) -> list[float]:
-    return [start + SCRAPE * i for i in range(int((end - start) // SCRAPE))]
 
 
 def _phase(
@@ -75,38 +67,30 @@ def signal_series(
     per_pod = rate / len(PODS)
     for pod in PODS:
         labels = {"namespace": namespace, "pod": pod, "model_name": "llm"}
-        for ts, v in gauge_from_values(times, [w / len(PODS) for w in waiting], step_s=SCRAPE):
+        queue = [w / len(PODS) for w in waiting]
+        for ts, v in gauge_from_values(times, queue, step_s=SCRAPE_SECONDS):
             out.append(Sample("vllm:num_requests_waiting", labels, ts, v))
-        for ts, v in gauge_from_values(times, list(kv), step_s=SCRAPE):
+        for ts, v in gauge_from_values(times, list(kv), step_s=SCRAPE_SECONDS):
             out.append(Sample("vllm:kv_cache_usage_perc", labels, ts, v))
         for le in TTFT_BUCKETS:
             rates = [per_pod if le >= (2.0 if s else 0.2) else 0.0 for s in slow]
             bucket = {**labels, "le": "+Inf" if math.isinf(le) else f"{le:g}"}
-            for ts, v in counter_from_rate(times, rates, step_s=SCRAPE):
+            for ts, v in counter_from_rate(times, rates, step_s=SCRAPE_SECONDS):
                 out.append(Sample("vllm:time_to_first_token_seconds_bucket", bucket, ts, v))
     return out
 
 
-def pool_spec(prometheus: Prometheus, namespace: str, **extra: Any) -> dict[str, Any]:
-    spec: dict[str, Any] = {
-        "target": {"name": "llm"},
-        "minReplicas": 1,
-        "maxReplicas": 2,
-        "model": MODEL,
-        "coldStart": {"mode": "fixed", "seconds": 5, "marginSeconds": 0},
-        "forecast": {
-            "prometheus": {"url": prometheus.url},
-            "engine": "vllm",
-            "selector": f'namespace="{namespace}"',
-            "model": "recent_mean",
-            "lookbackSeconds": 3600,
-            "stepSeconds": 15,
-            "horizonSeconds": 300,
-            "refitSeconds": 60,
-            "observedHeadroom": 1.0,
+def pool_spec(world: HistoryWorld, **extra: Any) -> dict[str, Any]:
+    spec = world.pool_spec(
+        {
+            "minReplicas": 1,
+            "maxReplicas": 2,
+            "model": MODEL,
+            "coldStart": {"mode": "fixed", "seconds": 5, "marginSeconds": 0},
+            "degradation": {"holdSeconds": HOLD, "ttft": {"p95Seconds": 1.0}},
         },
-        "degradation": {"holdSeconds": HOLD, "ttft": {"p95Seconds": 1.0}},
-    }
+        LIVE_RECENT_MEAN,
+    )
     spec.update(extra)
     return spec
 
@@ -124,15 +108,9 @@ def level_events(k: Kube, name: str) -> list[str]:
 
 
 def test_queue_kv_and_ttft_raise_the_level_and_it_falls_back_after_the_hold(
-    cluster: LocalCluster,
-    crd: None,
-    kube: Any,
-    namespace: str,
-    prometheus: Prometheus,
-    monkeypatch: pytest.MonkeyPatch,
-    tmp_path: Path,
+    world: HistoryWorld,
 ) -> None:
-    k = Kube(kube, namespace)
+    k, namespace = world.kube, world.namespace
     k.create_deployment(gpu_deployment("llm", 2, ready_delay="1s"))
     # A pool put on a serving fleet (a fleet with nothing Ready yet is critical: rightly).
     wait_for(lambda: (k.deployment("llm").status.ready_replicas or 0) == 2, 120, "2 Ready")
@@ -141,10 +119,9 @@ def test_queue_kv_and_ttft_raise_the_level_and_it_falls_back_after_the_hold(
     # Each phase lasts 45 s; the next starts 60 s after it ended (the 20 s hold, the 30 s
     # rate window and a reconcile to spare).
     queue, kv, ttft = (t0, t0 + 45), (t0 + 105, t0 + 150), (t0 + 210, t0 + 255)
-    times = _times(now - 3600, t0 + 1200)
+    times = scrape_times(now - 3600, t0 + 1200)
     rate = 6.0  # 2 replicas serve it: no forecast shortfall
-    samples = vllm_samples(times, [rate] * len(times), namespace=namespace, model_name="llm",
-                           pods=PODS)  # fmt: skip
+    samples = world.samples(times, lambda _: rate, pods=PODS)
     samples += signal_series(
         namespace,
         times,
@@ -153,9 +130,9 @@ def test_queue_kv_and_ttft_raise_the_level_and_it_falls_back_after_the_hold(
         kv=_phase(times, [kv], 0.95, 0.4),
         slow=[bool(x) for x in _phase(times, [ttft], 1.0, 0.0)],
     )
-    prometheus.backfill(samples)
-    with chart_operator(cluster, namespace, tmp_path, monkeypatch, rate_window="30s"):
-        k.create_pool("chat", pool_spec(prometheus, namespace))
+    world.prometheus.backfill(samples)
+    with world.chart_operator(rate_window="30s"):
+        k.create_pool("chat", pool_spec(world))
         with config_map_levels(k, "chat-degradation") as shown:
             wait_for(
                 lambda: (k.status("chat").get("degradation") or {}).get("level") == "normal",
@@ -196,46 +173,35 @@ def test_queue_kv_and_ttft_raise_the_level_and_it_falls_back_after_the_hold(
 
 
 def test_a_forecast_shortfall_alone_raises_warning_before_the_demand_arrives(
-    cluster: LocalCluster,
-    crd: None,
-    kube: Any,
-    namespace: str,
-    prometheus: Prometheus,
-    monkeypatch: pytest.MonkeyPatch,
-    tmp_path: Path,
+    world: HistoryWorld,
 ) -> None:
     """Yesterday's demand rose from 2 to 11.5 req/s at this time of day plus 6 minutes.
     Two replicas (the pool's maximum, asked for one cold start plus margin ahead) serve
     10 req/s: from one cold start before the rise the forecast is 1,125 tokens/s (13 %)
     short, with the queue empty."""
-    k = Kube(kube, namespace)
+    k = world.kube
     k.create_deployment(gpu_deployment("llm", 1, ready_delay="1s"))
     wait_for(lambda: (k.deployment("llm").status.ready_replicas or 0) == 1, 120, "1 Ready")
     day, step = 86_400, 60
     rise = math.ceil((time.time() + 360) / step) * step
-    times = _times(rise - 2 * day - 1800, time.time() + 900)
-    rates = [11.5 if (t - rise) % day < 1800 else 2.0 for t in times]
-    samples = vllm_samples(times, rates, namespace=namespace, model_name="llm", pods=PODS)
+    times = scrape_times(rise - 2 * day - 1800, time.time() + 900)
+    samples = world.samples(times, lambda t: 11.5 if (t - rise) % day < 1800 else 2.0, pods=PODS)
     samples += signal_series(
-        namespace,
+        world.namespace,
         times,
         2.0,
         waiting=[0.0] * len(times),
         kv=[0.3] * len(times),
         slow=[False] * len(times),
     )
-    prometheus.backfill(samples)
+    world.prometheus.backfill(samples)
     cold = 240
-    spec = pool_spec(
-        prometheus,
-        namespace,
-        coldStart={"mode": "fixed", "seconds": cold, "marginSeconds": 60},
-    )
+    spec = pool_spec(world, coldStart={"mode": "fixed", "seconds": cold, "marginSeconds": 60})
     spec["forecast"].update(
         {"model": "seasonal_naive", "lookbackSeconds": 2 * day, "stepSeconds": step,
          "horizonSeconds": 900, "quantile": 0.9}
     )  # fmt: skip
-    with chart_operator(cluster, namespace, tmp_path, monkeypatch, rate_window="30s"):
+    with world.chart_operator(rate_window="30s"):
         k.create_pool("chat", spec)
         wait_for(
             lambda: (k.status("chat").get("degradation") or {}).get("level") == "normal",

@@ -13,24 +13,23 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-from cluster.launcher import LocalCluster
 from cluster.objects import gpu_deployment
-from cluster.prometheus import Prometheus, Sample, counter_from_rate
-from integration.operator_fixtures import (  # noqa: F401 (fixtures)
-    Kube,
-    chart_operator,
-    crd_fixture,
-    wait_for,
+from cluster.prometheus import Sample, counter_from_rate
+from integration.history_world import (  # noqa: F401 (fixtures)
+    LIVE_RECENT_MEAN,
+    SCRAPE_SECONDS,
+    HistoryWorld,
+    scrape_times,
+    world_fixture,
 )
+from integration.operator_fixtures import Kube, crd_fixture, wait_for  # noqa: F401 (fixtures)
 
 pytestmark = [pytest.mark.cluster, pytest.mark.prometheus]
 
-SCRAPE = 15.0
 RATE = 2.0
 """Requests/s throughout; only their lengths change."""
 PREFILL_TPS = 4000.0
@@ -38,10 +37,6 @@ DECODE_TPS = 1000.0
 # (prompt, output) tokens per request in each phase.
 # Each requirement is well inside its replica count, so a forecast band does not tip it.
 USUAL, DOCUMENTS, ESSAYS = (1000.0, 150.0), (5000.0, 150.0), (200.0, 1200.0)
-
-
-def _times(start: float, end: float) -> list[float]:
-    return [start + SCRAPE * i for i in range(int((end - start) // SCRAPE))]
 
 
 def role_series(namespace: str, role: str, times: Sequence[float], essays: float) -> list[Sample]:
@@ -59,12 +54,12 @@ def role_series(namespace: str, role: str, times: Sequence[float], essays: float
     samples = []
     for name, tokens in per_request.items():
         rates = [RATE * n for n in tokens]
-        for ts, value in counter_from_rate(times, rates, step_s=SCRAPE):
+        for ts, value in counter_from_rate(times, rates, step_s=SCRAPE_SECONDS):
             samples.append(Sample(name, labels, ts, value))
     return samples
 
 
-def pd_spec(prometheus: Prometheus, namespace: str) -> dict[str, Any]:
+def pd_spec(world: HistoryWorld) -> dict[str, Any]:
     return {
         "roles": {
             "prefill": {
@@ -84,17 +79,7 @@ def pd_spec(prometheus: Prometheus, namespace: str) -> dict[str, Any]:
         "coldStart": {"mode": "auto", "seconds": 5, "marginSeconds": 0},
         # Released capacity stays for the test's length: a role that moved stays moved.
         "scaleDown": {"stabilizationSeconds": 3600},
-        "forecast": {
-            "prometheus": {"url": prometheus.url},
-            "engine": "vllm",
-            "selector": f'namespace="{namespace}"',
-            "model": "recent_mean",
-            "lookbackSeconds": 3600,
-            "stepSeconds": 15,
-            "horizonSeconds": 300,
-            "refitSeconds": 60,
-            "observedHeadroom": 1.0,
-        },
+        "forecast": world.forecast(LIVE_RECENT_MEAN),
         # The median of the peak over what is known, fixed: the capacity model's numbers,
         # not a margin learned from the one step this test plays, size the roles.
         "objective": {"startQuantile": 0.5, "adaptRate": 0},
@@ -113,29 +98,21 @@ def scaled(k: Kube, role: str) -> list[str]:
     ]
 
 
-def test_each_role_scales_on_its_own_bottleneck(
-    cluster: LocalCluster,
-    crd: None,
-    kube: Any,
-    namespace: str,
-    prometheus: Prometheus,
-    monkeypatch: pytest.MonkeyPatch,
-    tmp_path: Path,
-) -> None:
-    k = Kube(kube, namespace)
+def test_each_role_scales_on_its_own_bottleneck(world: HistoryWorld) -> None:
+    k, namespace = world.kube, world.namespace
     # Decode replicas take longer to start; each role measures its own.
     k.create_deployment(gpu_deployment("llm-prefill", 1, ready_delay="1s"))
     k.create_deployment(gpu_deployment("llm-decode", 1, ready_delay="20s"))
     now = time.time()
     # Long documents from an hour ago until `essays`, then short prompts, long outputs.
     essays = now + 240
-    times = _times(now - 3600, now + 1800)
-    prometheus.backfill(
+    times = scrape_times(now - 3600, now + 1800)
+    world.prometheus.backfill(
         role_series(namespace, "prefill", times, essays)
         + role_series(namespace, "decode", times, essays)
     )
-    with chart_operator(cluster, namespace, tmp_path, monkeypatch, rate_window="30s"):
-        k.create_pool("pd", pd_spec(prometheus, namespace))
+    with world.chart_operator(rate_window="30s"):
+        k.create_pool("pd", pd_spec(world))
         # 2 x 5000 = 10,000 prompt tok/s over 4,000: three prefill replicas; decode's
         # 2 x 150 = 300 output tok/s fit in one.
         wait_for(lambda: replicas(k, "llm-prefill") == 3, 120, "prefill at 3")

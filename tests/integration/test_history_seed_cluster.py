@@ -17,15 +17,9 @@ from typing import Any
 import pytest
 
 from cluster.faultproxy import FaultProxy
-from cluster.launcher import LocalCluster
 from cluster.objects import gpu_deployment
-from cluster.prometheus import Prometheus, vllm_samples
-from integration.operator_fixtures import (  # noqa: F401 (fixtures)
-    Kube,
-    crd_fixture,
-    running_operator,
-    wait_for,
-)
+from integration.history_world import HistoryWorld, world_fixture  # noqa: F401 (fixtures)
+from integration.operator_fixtures import crd_fixture, wait_for  # noqa: F401 (fixtures)
 
 pytestmark = [
     pytest.mark.cluster,
@@ -44,48 +38,34 @@ def _rate(t: float) -> float:
     return BURST if t % PERIOD < BURST_SECONDS else BASE
 
 
-def _pool(url: str, namespace: str, target: str) -> dict[str, Any]:
-    return {
-        "target": {"name": target},
-        "minReplicas": 1,
-        "maxReplicas": 20,
-        "dryRun": True,
-        "model": {"tokensPerSecond": 3750},
-        "coldStart": {"mode": "fixed", "seconds": COLD_START},
-        "forecast": {
-            "prometheus": {"url": url},
-            "selector": f'namespace="{namespace}"',
-            "model": "recent_mean",
-            "lookbackSeconds": HOURS * 3600,
-            "stepSeconds": 60,
-            "horizonSeconds": 900,
-        },
-    }
+POOL: dict[str, Any] = {
+    "minReplicas": 1,
+    "maxReplicas": 20,
+    "dryRun": True,
+    "model": {"tokensPerSecond": 3750},
+    "coldStart": {"mode": "fixed", "seconds": COLD_START},
+}
+FORECAST: dict[str, Any] = {
+    "model": "recent_mean",
+    "lookbackSeconds": HOURS * 3600,
+    "stepSeconds": 60,
+    "horizonSeconds": 900,
+}
 
 
 def test_a_new_pool_plans_with_a_margin_seeded_from_its_history_and_one_without_says_why(
-    cluster: LocalCluster,
-    crd: None,
-    kube: Any,
-    namespace: str,
-    prometheus: Prometheus,
-    monkeypatch: pytest.MonkeyPatch,
+    world: HistoryWorld,
 ) -> None:
-    monkeypatch.setenv("KUBECONFIG", str(cluster.kubeconfig))
-    k = Kube(kube, namespace)
+    k = world.kube
     now = time.time()
-    start = now - HOURS * 3600
-    times = [start + 15 * i for i in range(int((now + 3600 - start) // 15))]
-    prometheus.backfill(
-        vllm_samples(times, [_rate(t) for t in times], namespace=namespace, model_name="llm")
-    )
+    world.backfill(_rate, now - HOURS * 3600, now + 3600)
     k.create_deployment(gpu_deployment("llm", 1))
     k.create_deployment(gpu_deployment("blind", 1))
-    with FaultProxy(prometheus.url) as proxy:
+    with FaultProxy(world.prometheus.url) as proxy:
         proxy.set("http500", only="/api/v1/query_range")  # history, not the instant reads
-        k.create_pool("chat", _pool(prometheus.url, namespace, "llm"))
-        k.create_pool("blind", _pool(proxy.url, namespace, "blind"))
-        with running_operator(cluster, namespace, interval_seconds=2.0):
+        world.create_pool("chat", POOL, FORECAST)
+        world.create_pool("blind", POOL, FORECAST, target="blind", url=proxy.url)
+        with world.operator(interval_seconds=2.0):
             seeded = wait_for(
                 lambda: k.condition_is("chat", "RiskCalibrated", "True"),
                 900,

@@ -17,7 +17,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from cluster.objects import gpu_deployment
-from cluster.prometheus import Prometheus, vllm_samples
+from integration.history_world import HistoryWorld, world_fixture  # noqa: F401 (fixtures)
 from integration.operator_fixtures import (  # noqa: F401 (fixtures)
     Kube,
     crd_fixture,
@@ -40,21 +40,31 @@ def ts(text: str) -> float:
     return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
 
 
-def backfill_daily_ramp(prometheus: Prometheus, namespace: str, ramp_at: float) -> None:
+def pool_over_daily_ramp(
+    world: HistoryWorld,
+    name: str,
+    ramp_at: float,
+    *,
+    pool: dict[str, Any],
+    horizon: int,
+    ready_delay: str,
+) -> None:
     """Three days of a daily cycle: LOW, except HIGH for 30 minutes from ``ramp_at``'s time
-    of day; from three days ago to 15 minutes ahead."""
-    start = ramp_at - 3 * DAY - 600
-    end = time.time() + 900
-    times = [start + 15 * i for i in range(int((end - start) // 15))]
-    rates = [HIGH if (t - ramp_at) % DAY < 1800 else LOW for t in times]
-    prometheus.backfill(vllm_samples(times, rates, namespace=namespace, model_name="llm"))
+    of day; from three days ago to 15 minutes ahead. Pool ``name`` over it."""
+    world.pool_over_history(
+        name,
+        lambda t: HIGH if (t - ramp_at) % DAY < 1800 else LOW,
+        ramp_at - 3 * DAY - 600,
+        time.time() + 900,
+        pool=pool,
+        forecast=forecast_fields(horizon),
+        ready_delay=ready_delay,
+    )
 
 
-def forecast_spec(prometheus: Prometheus, namespace: str, horizon: int) -> dict[str, Any]:
+def forecast_fields(horizon: int) -> dict[str, Any]:
     return {
-        "prometheus": {"url": prometheus.url},
         "engine": "vllm",
-        "selector": f'namespace="{namespace}"',
         "model": "seasonal_naive",
         "lookbackSeconds": 3 * DAY,
         "stepSeconds": STEP,
@@ -65,26 +75,24 @@ def forecast_spec(prometheus: Prometheus, namespace: str, horizon: int) -> dict[
     }
 
 
-def test_scales_up_ahead_of_the_forecast_ramp(
-    kube: Any, namespace: str, prometheus: Prometheus, operator: Metrics
-) -> None:
-    k = Kube(kube, namespace)
+def test_scales_up_ahead_of_the_forecast_ramp(world: HistoryWorld, operator: Metrics) -> None:
+    k = world.kube
     # A wide margin and a far ramp leave a slow first forecast or reconcile room on a busy
     # machine; the assertions below still hold the plan to the cold start.
     cold_start, margin = 20, 60
     ramp_at = math.ceil((time.time() + 300) / STEP) * STEP
-    backfill_daily_ramp(prometheus, namespace, ramp_at)
-    k.create_deployment(gpu_deployment("llm", 1, ready_delay=f"{cold_start}s"))
-    k.create_pool(
+    pool_over_daily_ramp(
+        world,
         "chat",
-        {
-            "target": {"name": "llm"},
+        ramp_at,
+        pool={
             "minReplicas": 1,
             "maxReplicas": 8,
             "model": MODEL,
             "coldStart": {"mode": "fixed", "seconds": cold_start, "marginSeconds": margin},
-            "forecast": forecast_spec(prometheus, namespace, horizon=600),
         },
+        horizon=600,
+        ready_delay=f"{cold_start}s",
     )
     first = wait_for(lambda: k.status("chat").get("forecast"), 60, "a forecast in status")
     assert first["model"] == "seasonal_naive"
@@ -145,7 +153,7 @@ def pod_times(k: Kube, app: str) -> tuple[list[float], list[float]]:
 
 
 def test_the_full_fleet_is_ready_a_margin_before_yesterdays_step_comes_back(
-    kube: Any, namespace: str, prometheus: Prometheus, operator: Metrics
+    world: HistoryWorld, operator: Metrics
 ) -> None:
     """History is a daily step from 2 to 20 req/s at ``step_at``'s time of day, read back
     through the operator's own Prometheus source. Every replica the step needs is Ready at
@@ -158,7 +166,7 @@ def test_the_full_fleet_is_ready_a_margin_before_yesterdays_step_comes_back(
     window taken as the interval that starts at its stamp, up to 90 s late), the full fleet
     was asked for 90 s later still.
     """
-    k = Kube(kube, namespace)
+    k = world.kube
     low, high = 2.0, 20.0
     # kwok's ready delay is the pods' start-up; the pool's cold start adds what a busy
     # machine spends between the plan and a pod's creation, scheduling and API latency.
@@ -167,24 +175,25 @@ def test_the_full_fleet_is_ready_a_margin_before_yesterdays_step_comes_back(
     need = math.ceil(high / REPLICA_RPS)
     # Time for the operator's first forecast before the lookahead reaches the rise.
     step_at = math.ceil((time.time() + 420) / STEP) * STEP
-    start, end = step_at - 3 * DAY - 600, time.time() + 900
-    times = [start + 7 + 15 * i for i in range(int((end - start) // 15))]  # off the minute
-    rates = [high if (t - step_at) % DAY < 3600 else low for t in times]
-    prometheus.backfill(vllm_samples(times, rates, namespace=namespace, model_name="llm"))
+    world.backfill(
+        lambda t: high if (t - step_at) % DAY < 3600 else low,
+        step_at - 3 * DAY - 600,
+        time.time() + 900,
+        offset=7,  # off the minute
+    )
     k.create_deployment(gpu_deployment("llm", 1, ready_delay=f"{ready_delay}s"))
     # The pool's first history read falls just after a minute boundary, the phase at which
     # the late reading was measured (90 s late); the aligned reading does not depend on it.
     time.sleep((-time.time()) % STEP + 1)
-    k.create_pool(
+    world.create_pool(
         "daily",
         {
-            "target": {"name": "llm"},
             "minReplicas": 1,
             "maxReplicas": 8,
             "model": MODEL,
             "coldStart": {"mode": "fixed", "seconds": cold_start, "marginSeconds": margin},
-            "forecast": forecast_spec(prometheus, namespace, horizon=900),
         },
+        forecast_fields(horizon=900),
     )
     wait_for(lambda: k.status("daily").get("forecast"), 120, "a forecast in status")
     assert time.time() < step_at - cold_start - margin, "the test started too late to judge"
@@ -204,27 +213,27 @@ def test_the_full_fleet_is_ready_a_margin_before_yesterdays_step_comes_back(
 
 
 def test_standby_objects_are_created_sized_and_collected(
-    kube: Any, namespace: str, prometheus: Prometheus, operator: Metrics
+    world: HistoryWorld, kube: Any, operator: Metrics
 ) -> None:
-    k = Kube(kube, namespace)
+    k, namespace = world.kube, world.namespace
     # The ramp is inside the forecast horizon but beyond the lookahead: the plan keeps
     # one replica and warm standby for the rest of the peak.
     ramp_at = math.ceil((time.time() + 400) / STEP) * STEP
-    backfill_daily_ramp(prometheus, namespace, ramp_at)
-    k.create_deployment(gpu_deployment("llm", 1, ready_delay="1s"))
-    k.create_pool(
+    pool_over_daily_ramp(
+        world,
         "warm",
-        {
-            "target": {"name": "llm"},
+        ramp_at,
+        pool={
             "maxReplicas": 8,
             "model": MODEL,
             "coldStart": {"mode": "fixed", "seconds": 5, "marginSeconds": 5},
-            "forecast": forecast_spec(prometheus, namespace, horizon=1200),
             "standby": {
                 "imagePrePull": {"enabled": True},
                 "placeholders": {"enabled": True, "maxReplicas": 2},
             },
         },
+        horizon=1200,
+        ready_delay="1s",
     )
     status = wait_for(
         lambda: (s := k.status("warm")).get("standby", {}).get("placeholders") and s,

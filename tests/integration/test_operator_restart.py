@@ -15,15 +15,12 @@ from typing import Any
 
 import pytest
 
-from cluster.launcher import LocalCluster
-from cluster.objects import gpu_deployment
-from cluster.prometheus import Prometheus, vllm_samples
-from integration.operator_fixtures import (  # noqa: F401 (fixtures)
-    Kube,
-    crd_fixture,
-    running_operator,
-    wait_for,
+from integration.history_world import (  # noqa: F401 (fixtures)
+    RECENT_HOUR,
+    HistoryWorld,
+    world_fixture,
 )
+from integration.operator_fixtures import crd_fixture, wait_for  # noqa: F401 (fixtures)
 from prescaler.metrics import Metrics
 
 pytestmark = [pytest.mark.cluster, pytest.mark.prometheus]
@@ -41,44 +38,29 @@ def _counter(metrics: Metrics, name: str, **labels: str) -> float:
     )
 
 
-def test_a_restarted_operator_resumes_the_selection_from_status(
-    cluster: LocalCluster,
-    crd: None,
-    kube: Any,
-    namespace: str,
-    prometheus: Prometheus,
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    monkeypatch.setenv("KUBECONFIG", str(cluster.kubeconfig))
-    k = Kube(kube, namespace)
+def test_a_restarted_operator_resumes_the_selection_from_status(world: HistoryWorld) -> None:
+    k = world.kube
     now = time.time()
-    start = now - 2 * DAY
-    times = [start + 15 * i for i in range(int((now + 600 - start) // 15))]
-    rates = [6 + 4 * math.sin(2 * math.pi * (t % DAY) / DAY) for t in times]
-    prometheus.backfill(vllm_samples(times, rates, namespace=namespace, model_name="llm"))
-    k.create_deployment(gpu_deployment("llm", 1))
-    k.create_pool(
+    world.pool_over_history(
         "chat",
-        {
-            "target": {"name": "llm"},
+        lambda t: 6 + 4 * math.sin(2 * math.pi * (t % DAY) / DAY),
+        now - 2 * DAY,
+        now + 600,
+        pool={
             "minReplicas": 1,
             "maxReplicas": 4,
             "model": {"tokensPerSecond": 3750},
             "coldStart": {"mode": "fixed", "seconds": 60},
-            "forecast": {
-                "prometheus": {"url": prometheus.url},
-                "selector": f'namespace="{namespace}"',
-                "model": "auto",
-                "lookbackSeconds": 2 * DAY,
-                "stepSeconds": STEP,
-                "horizonSeconds": 900,
-                "refitSeconds": 3600,
-            },
+        },
+        forecast={
+            "model": "auto",
+            "lookbackSeconds": 2 * DAY,
+            "stepSeconds": STEP,
+            "horizonSeconds": 900,
+            "refitSeconds": 3600,
         },
     )
-    fast = functools.partial(
-        running_operator, cluster, namespace, first_fit_spread_seconds=0.0, interval_seconds=2.0
-    )
+    fast = functools.partial(world.operator, first_fit_spread_seconds=0.0, interval_seconds=2.0)
 
     def selection() -> dict[str, Any] | None:
         return (k.status("chat").get("forecast") or {}).get("selection")
@@ -114,49 +96,31 @@ def test_a_restarted_operator_resumes_the_selection_from_status(
     assert status["forecast"]["selection"] == kept
 
 
-def test_a_restarted_operator_keeps_the_risk_models_calibration(
-    cluster: LocalCluster,
-    crd: None,
-    kube: Any,
-    namespace: str,
-    prometheus: Prometheus,
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
+def test_a_restarted_operator_keeps_the_risk_models_calibration(world: HistoryWorld) -> None:
     """The peak risk model learns from the pool's own lookaheads (``status.risk``). A
     restarted operator goes on from that calibration: it does not fall back to the
     forecast's band for another 60 lookaheads."""
-    monkeypatch.setenv("KUBECONFIG", str(cluster.kubeconfig))
-    k = Kube(kube, namespace)
+    k = world.kube
     now = time.time()
-    start = now - 3 * 3600
-    times = [start + 15 * i for i in range(int((now + 1800 - start) // 15))]
-    rates = [6 + 2 * math.sin(2 * math.pi * t / 1800) for t in times]
-    prometheus.backfill(vllm_samples(times, rates, namespace=namespace, model_name="llm"))
-    k.create_deployment(gpu_deployment("llm", 1))
-    k.create_pool(
+    world.pool_over_history(
         "steady",
-        {
-            "target": {"name": "llm"},
+        lambda t: 6 + 2 * math.sin(2 * math.pi * t / 1800),
+        now - 3 * 3600,
+        now + 1800,
+        pool={
             "minReplicas": 1,
             "maxReplicas": 6,
             "model": {"tokensPerSecond": 3750},
             # A lookahead of 3 s: with a reconcile a second, one ends every reconcile.
             "coldStart": {"mode": "fixed", "seconds": 2, "marginSeconds": 1},
-            "forecast": {
-                "prometheus": {"url": prometheus.url},
-                "selector": f'namespace="{namespace}"',
-                "model": "recent_mean",
-                "lookbackSeconds": 3600,
-                "stepSeconds": STEP,
-                "horizonSeconds": 600,
-            },
         },
+        forecast=RECENT_HOUR,
     )
 
     def risk() -> dict[str, Any]:
         return dict(k.status("steady").get("risk") or {})
 
-    with running_operator(cluster, namespace, interval_seconds=1.0):
+    with world.operator(interval_seconds=1.0):
         kept = wait_for(
             lambda: (r := risk()) and r.get("margin") is not None and r,
             300,
@@ -167,7 +131,7 @@ def test_a_restarted_operator_keeps_the_risk_models_calibration(
     assert kept["outcomes"] >= 60
     assert len(kept["calibration"]) == 100
 
-    with running_operator(cluster, namespace, interval_seconds=1.0):
+    with world.operator(interval_seconds=1.0):
         resumed = wait_for(
             lambda: (r := risk()) and r.get("observedAt") != kept.get("observedAt") and r,
             300,

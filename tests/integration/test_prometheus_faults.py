@@ -21,14 +21,18 @@ from typing import Any
 import pytest
 
 from cluster.faultproxy import FaultProxy, Mode
-from cluster.launcher import LocalCluster
 from cluster.objects import gpu_deployment
-from cluster.prometheus import Prometheus, Sample, vllm_samples
+from cluster.prometheus import Sample
+from integration.history_world import (  # noqa: F401 (fixtures)
+    LIVE_RECENT_MEAN,
+    HistoryWorld,
+    scrape_times,
+    world_fixture,
+)
 from integration.operator_fixtures import (  # noqa: F401 (fixtures)
     Kube,
     crd_fixture,
     recorded,
-    running_operator,
     wait_for,
 )
 from prescaler.api import ForecastSpec
@@ -54,20 +58,16 @@ FAULTS: list[tuple[Mode, str]] = [
 ]
 
 
-def backfill(prometheus: Prometheus, namespace: str, resets: bool = False) -> None:
+def backfill(world: HistoryWorld, resets: bool = False) -> None:
     """Two hours of a steady RATE, reaching 15 minutes ahead (so "now" is real data).
 
     With ``resets``, every counter drops to zero now and then (a pod restart), also
     twice in the minutes the test runs."""
     now = time.time()
-    start, end = now - 7200, now + 900
-    times = [start + 15 * i for i in range(int((end - start) // 15))]
-    samples = vllm_samples(
-        times, [RATE] * len(times), namespace=namespace, model_name="llm", pods=("a", "b")
-    )
+    samples = world.samples(scrape_times(now - 7200, now + 900), lambda _: RATE, pods=("a", "b"))
     if resets:
         samples = with_resets(samples, [now - 3600, now - 1200, now + 15, now + 40])
-    prometheus.backfill(samples)
+    world.prometheus.backfill(samples)
 
 
 def with_resets(samples: list[Sample], at: list[float]) -> list[Sample]:
@@ -98,28 +98,19 @@ def lowest_replicas(k: Kube, name: str) -> AbstractContextManager[list[int]]:
     return recorded(lambda: int(k.deployment(name).spec.replicas), 0.2)
 
 
-def pool_spec(url: str, namespace: str) -> dict[str, Any]:
-    return {
-        "target": {"name": "llm"},
-        "minReplicas": 1,
-        "maxReplicas": 8,
-        "model": MODEL,
-        "coldStart": {"mode": "fixed", "seconds": 5, "marginSeconds": 0},
-        "scaleDown": {"stabilizationSeconds": 2},
-        "forecast": {
-            "prometheus": {"url": url},
-            "engine": "vllm",
-            "selector": f'namespace="{namespace}"',
-            "model": "recent_mean",
-            "lookbackSeconds": 3600,
-            "stepSeconds": 15,
-            "horizonSeconds": 300,
-            "refitSeconds": 60,
-            "quantile": 0.9,
-            "headroom": 1.0,
-            "observedHeadroom": 1.0,
+def pool_spec(world: HistoryWorld, url: str, target: str = "llm") -> dict[str, Any]:
+    return world.pool_spec(
+        {
+            "minReplicas": 1,
+            "maxReplicas": 8,
+            "model": MODEL,
+            "coldStart": {"mode": "fixed", "seconds": 5, "marginSeconds": 0},
+            "scaleDown": {"stabilizationSeconds": 2},
         },
-    }
+        {**LIVE_RECENT_MEAN, "quantile": 0.9, "headroom": 1.0},
+        target=target,
+        url=url,
+    )
 
 
 def window_from_now(seconds: float, replicas: int) -> list[dict[str, Any]]:
@@ -170,29 +161,16 @@ def steady(k: Kube) -> State:
 
 @pytest.mark.parametrize(("fault", "says"), FAULTS)
 def test_a_prometheus_fault_holds_the_plan_lets_windows_scale_up_and_recovers(
-    cluster: LocalCluster,
-    crd: None,
-    kube: Any,
-    namespace: str,
-    prometheus: Prometheus,
-    monkeypatch: pytest.MonkeyPatch,
-    fault: Mode,
-    says: str,
+    world: HistoryWorld, fault: Mode, says: str
 ) -> None:
-    monkeypatch.setenv("KUBECONFIG", str(cluster.kubeconfig))  # kopf's own login
-    k = Kube(kube, namespace)
-    backfill(prometheus, namespace)
+    k = world.kube
+    backfill(world)
     k.create_deployment(gpu_deployment("llm", BEFORE, ready_delay="2s"))
     with (
-        FaultProxy(prometheus.url, slow_seconds=4 * TIMEOUT) as proxy,
-        running_operator(
-            cluster,
-            namespace,
-            prometheus_timeout_seconds=TIMEOUT,
-            forecast_wait_seconds=2 * TIMEOUT,
-        ),
+        FaultProxy(world.prometheus.url, slow_seconds=4 * TIMEOUT) as proxy,
+        world.operator(prometheus_timeout_seconds=TIMEOUT, forecast_wait_seconds=2 * TIMEOUT),
     ):
-        k.create_pool("chat", pool_spec(proxy.url, namespace))
+        k.create_pool("chat", pool_spec(world, proxy.url))
         before = wait_for(lambda: steady(k), 120, "a steady plan with metrics")["replicas"]
         with lowest_replicas(k, "llm") as seen:
             proxy.set(fault)
@@ -227,24 +205,16 @@ def test_a_prometheus_fault_holds_the_plan_lets_windows_scale_up_and_recovers(
         assert min(seen) >= before, f"replicas fell to {min(seen)} from {before} during {fault}"
 
 
-def test_counter_resets_in_the_history_are_absorbed(
-    cluster: LocalCluster,
-    crd: None,
-    kube: Any,
-    namespace: str,
-    prometheus: Prometheus,
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    monkeypatch.setenv("KUBECONFIG", str(cluster.kubeconfig))  # kopf's own login
-    k = Kube(kube, namespace)
-    backfill(prometheus, namespace, resets=True)
+def test_counter_resets_in_the_history_are_absorbed(world: HistoryWorld) -> None:
+    k = world.kube
+    backfill(world, resets=True)
     k.create_deployment(gpu_deployment("llm", BEFORE, ready_delay="2s"))
     started = time.time()
     with (
-        FaultProxy(prometheus.url) as proxy,
-        running_operator(cluster, namespace, prometheus_timeout_seconds=TIMEOUT),
+        FaultProxy(world.prometheus.url) as proxy,
+        world.operator(prometheus_timeout_seconds=TIMEOUT),
     ):
-        k.create_pool("chat", pool_spec(proxy.url, namespace))
+        k.create_pool("chat", pool_spec(world, proxy.url))
         before = wait_for(lambda: steady(k), 120, "a steady plan with metrics")["replicas"]
         rates: list[float] = []
 
@@ -273,12 +243,7 @@ class Exploding(RecentMean):
 
 
 def test_a_failing_forecast_model_is_reported_and_other_pools_are_unaffected(
-    cluster: LocalCluster,
-    crd: None,
-    kube: Any,
-    namespace: str,
-    prometheus: Prometheus,
-    monkeypatch: pytest.MonkeyPatch,
+    world: HistoryWorld, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Pools whose spec asks for ``recent_mean`` get a model that raises; a pool on
     ``persistence`` beside it is served as usual."""
@@ -297,16 +262,13 @@ def test_a_failing_forecast_model_is_reported_and_other_pools_are_unaffected(
         )
 
     monkeypatch.setattr("prescaler.controller.forecast.series_service", service)
-    monkeypatch.setenv("KUBECONFIG", str(cluster.kubeconfig))  # kopf's own login
-    k = Kube(kube, namespace)
-    backfill(prometheus, namespace)
+    k = world.kube
+    backfill(world)
     for name in ("bad", "good"):
         k.create_deployment(gpu_deployment(name, 1, ready_delay="2s"))
-    with running_operator(cluster, namespace, prometheus_timeout_seconds=TIMEOUT):
-        bad = pool_spec(prometheus.url, namespace)
-        bad["target"] = {"name": "bad"}
-        good = pool_spec(prometheus.url, namespace)
-        good["target"] = {"name": "good"}
+    with world.operator(prometheus_timeout_seconds=TIMEOUT):
+        bad = pool_spec(world, world.prometheus.url, target="bad")
+        good = pool_spec(world, world.prometheus.url, target="good")
         good["forecast"]["model"] = "persistence"
         k.create_pool("bad", bad)
         k.create_pool("good", good)

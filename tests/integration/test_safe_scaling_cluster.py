@@ -18,7 +18,12 @@ from kubernetes import client
 
 from cluster.kwok_stages import NOT_READY_ANNOTATION, READY_DELAY_ANNOTATION
 from cluster.objects import gpu_deployment
-from cluster.prometheus import Prometheus, Sample, vllm_samples
+from cluster.prometheus import Prometheus, Sample
+from integration.history_world import (  # noqa: F401 (fixtures)
+    HistoryWorld,
+    scrape_times,
+    world_fixture,
+)
 from integration.operator_fixtures import (  # noqa: F401 (fixtures)
     Kube,
     crd_fixture,
@@ -65,10 +70,8 @@ def _ts(text: str) -> float:
 
 # ---------------------------------------------------------------------- drain-aware
 @pytest.mark.prometheus
-def test_the_busiest_pod_survives_a_scale_down(
-    kube: Any, namespace: str, prometheus: Prometheus, operator: Metrics
-) -> None:
-    k = Kube(kube, namespace)
+def test_the_busiest_pod_survives_a_scale_down(world: HistoryWorld, operator: Metrics) -> None:
+    k = world.kube
     k.create_deployment(gpu_deployment("llm", 3, ready_delay="1s"))
     pods = wait_for(
         lambda: len(ready := [p for p in _pods(k, "app=llm") if _ready(p)]) == 3 and ready,
@@ -81,34 +84,24 @@ def test_the_busiest_pod_survives_a_scale_down(
     # Three days of a steady 1 req/s (one replica's worth) for the forecast, and each
     # pod's running requests now, labelled by pod as a Prometheus scrape labels them.
     now = time.time()
-    start = now - 3 * DAY
-    times = [start + 15 * i for i in range(int((now + 900 - start) // 15))]
-    samples = vllm_samples(
-        times, [1.0] * len(times), namespace=namespace, model_name="llm", pods=("history",)
-    )
+    times = scrape_times(now - 3 * DAY, now + 900)
+    samples = world.samples(times, lambda _: 1.0, pods=("history",))
     samples = [s for s in samples if s.name != "vllm:num_requests_running"]
     for pod, value in running.items():
-        labels = {"namespace": namespace, "pod": pod, "model_name": "llm"}
+        labels = {"namespace": world.namespace, "pod": pod, "model_name": "llm"}
         samples += [Sample("vllm:num_requests_running", labels, t, value) for t in times[-120:]]
-    prometheus.backfill(samples)
+    world.prometheus.backfill(samples)
 
-    k.create_pool(
+    world.create_pool(
         "chat",
         {
-            "target": {"name": "llm"},
             "minReplicas": 1,
             "maxReplicas": 4,
             "model": MODEL,
             "coldStart": {"mode": "fixed", "seconds": 5, "marginSeconds": 5},
             "scaleDown": {"mode": "forecast", "stabilizationSeconds": 0},
-            "forecast": {
-                "prometheus": {"url": prometheus.url},
-                "selector": f'namespace="{namespace}"',
-                "model": "seasonal_naive",
-                "lookbackSeconds": 3 * DAY,
-                "horizonSeconds": 600,
-            },
         },
+        {"model": "seasonal_naive", "lookbackSeconds": 3 * DAY, "horizonSeconds": 600},
     )
     wait_for(lambda: k.deployment("llm").spec.replicas == 1, 120, "the scale-down to 1")
     left = wait_for(lambda: len(rest := _pods(k, "app=llm")) == 1 and rest, 60, "two pods removed")
