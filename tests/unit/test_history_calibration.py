@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -259,6 +260,37 @@ def test_the_calibrator_replays_once_and_shares_the_seed() -> None:
     assert done.seed is not None
     assert done.problem is None
     assert other.seed is done.seed  # the same series and settings: one replay
+    assert source.reads == 1
+
+
+def test_a_replay_is_not_restarted_when_the_measured_capacity_or_cold_start_moves() -> None:
+    # Measured live, both move at every reconcile: a replay restarted for each move never
+    # ended (a pool whose capacity the snapshot measures stayed uncalibrated).
+    spec = _spec()
+    rps = _bursty(6 * 60)
+    stamps = pd.to_datetime(DAY0 + 60.0 * np.arange(len(rps)), unit="s", utc=True)
+    source = _Source(pd.Series(rps, index=stamps))
+    capacity = pool_capacity(spec, history_demand(DAY0, rps, spec, 3600.0))
+    other = replace(capacity, tokens_per_second=capacity.tokens_per_second * 1.01)
+
+    jobs = [
+        _job(spec, source, capacity),
+        replace(_job(spec, source, other), cold_start_seconds=250.0),
+    ]
+
+    async def main() -> CalibrationView:
+        calibrator = HistoryCalibrator(clock=lambda: DAY0 + len(rps) * 60.0)
+        view = CalibrationView()
+        for i in range(6000):  # each reconcile measures a little differently
+            view = calibrator.request("a", jobs[i % 2])
+            if view.seed is not None:
+                break
+            await asyncio.sleep(0.05)
+        calibrator.close()
+        return view
+
+    view = asyncio.run(main())
+    assert view.seed is not None
     assert source.reads == 1
 
 

@@ -104,15 +104,11 @@ class CalibrationJob:
     """The shortest replay that calibrates: ``objective.min_outcomes`` decisions."""
 
     def key(self) -> str:
+        """Which replays are the same: the series and what the spec and the HPA say. Not the
+        capacity model or the cold start: measured, they move at every reconcile, and a
+        replay restarted for each move would never end; it runs on those it started with."""
         spec = self.spec.model_dump_json(include={"forecast", "model", "objective", "scaling"})
-        parts = (
-            self.series_id,
-            spec,
-            repr(self.capacity),
-            round(self.cold_start_seconds),
-            self.hpa_target,
-            self.decision_seconds,
-        )
+        parts = (self.series_id, spec, self.hpa_target, self.decision_seconds)
         return hashlib.sha256(repr(parts).encode()).hexdigest()
 
 
