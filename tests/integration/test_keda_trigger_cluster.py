@@ -274,12 +274,20 @@ def test_the_forecast_readies_the_step_and_a_prometheus_trigger_catches_a_burst(
 
     k.create_deployment(gpu_deployment(NAME, 1, ready_delay=f"{ready_delay}s"))
     create_pool_object(k, pool)
-    create_scaled_object(k, so)
     log = tmp_path / "operator.log"
     with operator_process(
         cluster, namespace, log, interval=INTERVAL, extra_args=scaler_flags(port)
     ) as (proc, _):
         wait_for(lambda: k.status(NAME).get("forecast"), 300, "a forecast in status")
+        # The scaler answers before the ScaledObject is created: KEDA builds its HPA from
+        # the triggers it can reach then, and leaves out (until the ScaledObject is
+        # reconciled again) an external trigger it could not.
+        wait_for(
+            lambda: asyncio.run(get_metrics(port, namespace))[0] == grpc.StatusCode.OK,
+            300,
+            "the scaler serving the plan",
+        )
+        create_scaled_object(k, so)
         wait_for(lambda: hpa_reads_metrics(k), 300, "KEDA's HPA reading its triggers")
         assert time.time() < step_at - cold_start - margin, "the test started too late to judge"
         # Before the step's lookahead: KEDA scales to the plan's floor.
