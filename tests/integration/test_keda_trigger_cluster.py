@@ -160,6 +160,14 @@ def hpa_reads_metrics(k: Kube) -> bool:
     return current is not None and bool(current.status.current_metrics)
 
 
+def hpa_metrics(k: Kube) -> list[str]:
+    """The external metrics of KEDA's HPA, one per trigger KEDA could set up."""
+    current = hpa(k, hpa_name(NAME))
+    if current is None:
+        return []
+    return [m.external.metric.name for m in current.spec.metrics or [] if m.external]
+
+
 def ts(text: str) -> float:
     return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
 
@@ -274,20 +282,22 @@ def test_the_forecast_readies_the_step_and_a_prometheus_trigger_catches_a_burst(
 
     k.create_deployment(gpu_deployment(NAME, 1, ready_delay=f"{ready_delay}s"))
     create_pool_object(k, pool)
+    # The README's ScaledObject first, the prometheus trigger once KEDA's HPA reads
+    # prescaler's metric: KEDA builds its HPA from the triggers it can reach when it
+    # reconciles the ScaledObject, and leaves out, until the ScaledObject changes, an
+    # external trigger it could not reach then (here, before the operator started).
+    create_scaled_object(k, local_scaled_object(port))
     log = tmp_path / "operator.log"
     with operator_process(
         cluster, namespace, log, interval=INTERVAL, extra_args=scaler_flags(port)
     ) as (proc, _):
+        wait_for(lambda: hpa_metrics(k) == ["s0-prescaler-llama-chat"], 300, "KEDA's HPA")
+        k.custom.patch_namespaced_custom_object(
+            KEDA_GROUP, KEDA_VERSION, namespace, SCALED_OBJECTS, NAME,
+            {"spec": {"triggers": so["spec"]["triggers"]}},
+        )  # fmt: skip
+        wait_for(lambda: len(hpa_metrics(k)) == 2, 300, "both triggers in KEDA's HPA")
         wait_for(lambda: k.status(NAME).get("forecast"), 300, "a forecast in status")
-        # The scaler answers before the ScaledObject is created: KEDA builds its HPA from
-        # the triggers it can reach then, and leaves out (until the ScaledObject is
-        # reconciled again) an external trigger it could not.
-        wait_for(
-            lambda: asyncio.run(get_metrics(port, namespace))[0] == grpc.StatusCode.OK,
-            300,
-            "the scaler serving the plan",
-        )
-        create_scaled_object(k, so)
         wait_for(lambda: hpa_reads_metrics(k), 300, "KEDA's HPA reading its triggers")
         assert time.time() < step_at - cold_start - margin, "the test started too late to judge"
         # Before the step's lookahead: KEDA scales to the plan's floor.
