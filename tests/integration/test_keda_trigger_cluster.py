@@ -299,7 +299,6 @@ def test_the_forecast_readies_the_step_and_a_prometheus_trigger_catches_a_burst(
         wait_for(lambda: len(hpa_metrics(k)) == 2, 300, "both triggers in KEDA's HPA")
         wait_for(lambda: k.status(NAME).get("forecast"), 300, "a forecast in status")
         wait_for(lambda: hpa_reads_metrics(k), 300, "KEDA's HPA reading its triggers")
-        assert time.time() < step_at - cold_start - margin, "the test started too late to judge"
         # Before the step's lookahead: KEDA scales to the plan's floor.
         floor = pool["spec"]["minReplicas"]
         wait_for(lambda: replicas(k) == floor, 300, f"KEDA scaling to the floor's {floor}")
@@ -353,7 +352,7 @@ def test_the_forecast_readies_the_step_and_a_prometheus_trigger_catches_a_burst(
             )
         final_plan = k.status(NAME)
         assert final_plan["desiredReplicas"] < so["spec"]["maxReplicaCount"], final_plan["plan"]
-        assert beyond > plan or beyond > final_plan["desiredReplicas"]
+        assert beyond > plan, seen
         assert FIELD_MANAGER not in replicas_writers(k)
         assert proc.poll() is None
 
