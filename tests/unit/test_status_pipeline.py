@@ -358,3 +358,27 @@ def test_the_degradation_config_map_is_not_rewritten_for_the_live_numbers_of_its
     publish(_queue_warning(61, "critical"))
     assert writes[-1] == "queue 61 waiting on 2 serving replicas"
     assert len(writes) == 3
+
+
+def test_a_read_without_a_token_mix_sizes_on_the_last_measured_one_not_the_specs() -> None:
+    # A Prometheus restart left one reconcile without token rates: sized on the spec's mix,
+    # the same demand asked for twice the replicas (seen live: 12.4 req/s needs 4, then 8).
+    from prescaler.api import parse_spec
+    from prescaler.sources import Snapshot
+
+    rec = _reconciler(_kube())
+    spec = parse_spec(_spec())
+    measured = Snapshot(
+        at=NOW,
+        requests_per_second=10.0,
+        prompt_tokens_per_second=1000.0,
+        output_tokens_per_second=500.0,
+        context_tokens=300.0,
+    )
+    before = rec._capacity("uid-1", spec, None, measured)
+    gap = Snapshot(at=NOW + 15, requests_per_second=10.0)
+    during = rec._capacity("uid-1", spec, None, gap)
+    assert during == before
+    assert during.tokens.prompt_tokens == pytest.approx(100.0)
+    # Another pool never measured plans on its spec.
+    assert rec._capacity("uid-2", spec, None, gap) != before

@@ -221,6 +221,8 @@ class Reconciler:
     _sources: dict[str, tuple[str, PrometheusSource]] = field(default_factory=dict)
     _snapshots: dict[str, _Shared] = field(default_factory=dict)
     """The last snapshot of each source (by its key), shared by the pools that read it."""
+    _mixes: dict[str, tuple[float | None, float | None, float | None]] = field(default_factory=dict)
+    """Each fleet's last measured token mix (prompt, output, context tokens)."""
     _pods: dict[str, tuple[str, tuple[PodStart, ...]]] = field(default_factory=dict)
     """Each fleet's target pods, with the target's resourceVersion they were read at."""
     _hpas: dict[str, tuple[float, list[Hpa]]] = field(default_factory=dict)
@@ -256,6 +258,7 @@ class Reconciler:
             if cached is not None:
                 cached[1].close()
             self._pods.pop(fleet_key(pool.uid, role), None)
+            self._mixes.pop(fleet_key(pool.uid, role), None)
             self.forecasts.forget(fleet_key(pool.uid, role))
             if self.calibrator is not None:
                 self.calibrator.forget(fleet_key(pool.uid, role))
@@ -423,7 +426,7 @@ class Reconciler:
                 f"{pool.superseded_by} (the oldest pool keeps a target); point this pool "
                 "elsewhere",
             )
-        capacity = self._capacity(spec, role, gathered.snapshot)
+        capacity = self._capacity(fleet_key(pool.uid, role), spec, role, gathered.snapshot)
         warmup = None
         prewarm = self.prewarm if role is None else None  # a role's pods are never warmed
         if prewarm is not None:
@@ -770,14 +773,22 @@ class Reconciler:
         self._sources[uid] = (key, source)
         return source, series_id
 
-    @staticmethod
     def _capacity(
-        spec: InferencePoolSpec, role: Role | None, snapshot: Snapshot | None
+        self, key: str, spec: InferencePoolSpec, role: Role | None, snapshot: Snapshot | None
     ) -> CapacityModel:
+        """The capacity model on the token mix measured now; through a read that measured
+        none (a failed or empty query, a Prometheus restart), on the last one measured, not
+        the spec's: one missing read must not resize the fleet."""
         prompt = output = context = None
         if snapshot is not None:
             prompt, output = snapshot.mean_tokens()
             context = snapshot.context_tokens
+        kept = self._mixes.get(key)
+        if (prompt is None or output is None) and kept is not None:
+            prompt, output = kept[0], kept[1]
+        if context is None and kept is not None:
+            context = kept[2]
+        self._mixes[key] = (prompt, output, context)
         try:
             return capacity_model(
                 spec,
