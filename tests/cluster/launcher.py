@@ -64,6 +64,9 @@ rules:
 """
 
 
+PORT_ATTEMPTS = 3
+"""Start-ups tried when a component finds its port taken (picked free, then bound)."""
+
 @dataclass(frozen=True)
 class GpuNodePool:
     """A group of identical fake GPU nodes."""
@@ -132,11 +135,19 @@ class LocalCluster:
         running when start-up fails.
         """
         require_binaries(COMPONENTS)
-        try:
-            self._start()
-        except BaseException:
-            self.stop()
-            raise
+        for attempt in range(1, PORT_ATTEMPTS + 1):
+            try:
+                self._start()
+                return
+            except procs.ComponentError as exc:
+                self.stop()
+                # A port picked free was taken before the component bound it (another
+                # worker, or an outgoing connection's ephemeral port): pick again.
+                if "address already in use" not in str(exc) or attempt == PORT_ATTEMPTS:
+                    raise
+            except BaseException:
+                self.stop()
+                raise
 
     def stop(self) -> None:
         """Stop every started component by PID, newest first. Idempotent."""
