@@ -513,15 +513,23 @@ def test_semantically_invalid_pools_are_flagged_while_others_are_served(
     assert k.deployment("llm").spec.replicas == 2
 
 
-def test_the_api_server_accepts_the_readme_example(kube: Any, namespace: str, crd: None) -> None:
+def test_the_api_server_accepts_the_readme_examples(kube: Any, namespace: str, crd: None) -> None:
     readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
-    blocks = [yaml.safe_load(b) for b in re.findall(r"```yaml\n(.*?)```", readme, re.DOTALL)]
-    (pool,) = [b for b in blocks if b.get("kind") == "InferencePool"]
+    blocks = re.findall(r"```yaml\n(.*?)```", readme, re.DOTALL)
+    documents = [d for b in blocks for d in yaml.safe_load_all(b) if isinstance(d, dict)]
+    pools = [d for d in documents if d.get("kind") == "InferencePool"]
+    assert len(pools) >= 2  # the annotated example and the one beside KEDA
     k = _kube(kube, namespace)
-    created = k.create_pool(pool["metadata"]["name"], pool["spec"])
+    created = [
+        k.create_pool(f"{pool['metadata']['name']}-{i}", pool["spec"])
+        for i, pool in enumerate(pools)
+    ]
+    (annotated,) = [c for c in created if c["spec"].get("schedules")]
     # Defaults from the CRD schema are filled in by the API server itself.
-    assert created["spec"]["forecast"]["stepSeconds"] == 60
-    assert created["spec"]["schedules"][0]["name"] == "black-friday"
+    assert annotated["spec"]["forecast"]["stepSeconds"] == 60
+    assert annotated["spec"]["schedules"][0]["name"] == "black-friday"
+    (beside_keda,) = [c for c in created if c["spec"]["target"].get("kind") == "ScaledObject"]
+    assert beside_keda["spec"]["mode"] == "kedaTrigger"
 
 
 def test_two_pools_on_one_target_the_older_keeps_it(
