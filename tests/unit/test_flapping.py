@@ -30,7 +30,9 @@ from prescaler.planning import (
     ScalePlan,
     next_fleet_state,
     observe_risk,
+    observed_rise,
     plan,
+    remember_observation,
     remember_plan,
     risk_sizing,
 )
@@ -92,6 +94,7 @@ def simulate(model: str, cv: float, stabilization: int, seed: int) -> list[Scale
     risk = PeakRisk()
     demand = noisy_demand(cv, seed)
     fleet = FleetState(current_replicas=6, ready_replicas=6)
+    recent: tuple[tuple[float, float], ...] = ()
     plans: list[ScalePlan] = []
     for i in range(24 * 60, len(demand)):
         now = float(T0 + STEP * i)
@@ -103,8 +106,10 @@ def simulate(model: str, cv: float, stabilization: int, seed: int) -> list[Scale
             last_scale_up_at=fleet.last_scale_up_at,
             last_scale_down_at=fleet.last_scale_down_at,
             observed_requests_per_second=observed,
+            observed_rise_per_second=observed_rise(recent, now, observed),
             recent_targets=fleet.recent_targets,
         )
+        recent = remember_observation(recent, now, observed)
         # The peak risk model, as the operator runs it: observe, size, plan, remember.
         ready = fleet.ready_replicas * capacity.replica_requests_per_second
         risk = observe_risk(risk, objective, now, observed, ready)

@@ -39,7 +39,9 @@ from prescaler.planning import (
     ScheduledWindow,
     next_fleet_state,
     observe_risk,
+    observed_rise,
     plan,
+    remember_observation,
     remember_plan,
     risk_sizing,
 )
@@ -486,6 +488,9 @@ class PredictivePolicy:
     _forecast: ForecastLike | None = field(default=None, repr=False)
     _forecast_at: int = field(default=-1, repr=False)
     _forecast_usable: bool = field(default=False, repr=False)
+    _observed: tuple[tuple[float, float], ...] = field(default=(), repr=False)
+    """Recent observations, for the rise of the observed demand (as the operator keeps
+    them)."""
 
     @property
     def interval_seconds(self) -> float:
@@ -529,10 +534,12 @@ class PredictivePolicy:
             last_scale_down_at=state.last_scale_down_at,
             recent_targets=state.recent_targets,
             observed_requests_per_second=observed,
+            observed_rise_per_second=observed_rise(self._observed, obs.now, observed),
             waiting_requests=(
                 None if obs.queue_tokens is None else obs.queue_tokens / self._tokens_per_request
             ),
         )
+        self._observed = remember_observation(self._observed, obs.now, observed)
         sizing = None
         if self.objective is not None:
             # The operator's order: score the lookaheads that ended, then size.

@@ -129,7 +129,9 @@ from prescaler.planning import (
     ScalePlan,
     ScheduledWindow,
     drain_plan,
+    observed_rise,
     plan,
+    remember_observation,
     remember_plan,
     risk_sizing,
 )
@@ -223,6 +225,8 @@ class Reconciler:
     """The last snapshot of each source (by its key), shared by the pools that read it."""
     _mixes: dict[str, tuple[float | None, float | None, float | None]] = field(default_factory=dict)
     """Each fleet's last measured token mix (prompt, output, context tokens)."""
+    _observed: dict[str, tuple[tuple[float, float], ...]] = field(default_factory=dict)
+    """Each fleet's recent demand observations (``prescaler.planning.observed_rise``)."""
     _pods: dict[str, tuple[str, tuple[PodStart, ...]]] = field(default_factory=dict)
     """Each fleet's target pods, with the target's resourceVersion they were read at."""
     _hpas: dict[str, tuple[float, list[Hpa]]] = field(default_factory=dict)
@@ -259,6 +263,7 @@ class Reconciler:
                 cached[1].close()
             self._pods.pop(fleet_key(pool.uid, role), None)
             self._mixes.pop(fleet_key(pool.uid, role), None)
+            self._observed.pop(fleet_key(pool.uid, role), None)
             self.forecasts.forget(fleet_key(pool.uid, role))
             if self.calibrator is not None:
                 self.calibrator.forget(fleet_key(pool.uid, role))
@@ -452,9 +457,22 @@ class Reconciler:
                 seed=seeded(previous.risk, seed) if seed is not None else None,
             )
             sizing = risk_sizing(risk, objective)
+        key = fleet_key(pool.uid, role)
+        snapshot = gathered.snapshot
+        at, observed = (snapshot.at, snapshot.demand) if snapshot else (now, None)
+        recent = self._observed.get(key, ())
         decision = decide(
-            spec, capacity, gathered, windows, previous, now, sizing, self.interval_seconds
+            spec,
+            capacity,
+            gathered,
+            windows,
+            previous,
+            now,
+            sizing,
+            self.interval_seconds,
+            observed_rise(recent, at, observed),
         )
+        self._observed[key] = remember_observation(recent, at, observed)
         decision, change = external.govern(spec, pool.generation, examined, decision)
         if examined.found is not None:
             await self.kube.post_event(
@@ -1176,10 +1194,12 @@ def decide(
     now: float,
     risk: RiskSizing | None = None,
     interval_seconds: float = 0.0,
+    rise: float | None = None,
 ) -> ScalePlan:
     """The planner's inputs from what was gathered, and its decision (pure). ``risk`` is
     the peak risk model's margin (see :func:`prescaler.controller.status.learn_risk`);
-    ``interval_seconds`` the time to the next reconcile."""
+    ``interval_seconds`` the time to the next reconcile; ``rise`` how fast the
+    observed demand rose lately (:func:`prescaler.planning.observed_rise`)."""
     snapshot = gathered.snapshot
     observed = snapshot.demand if snapshot else None
     hot = spec.standby.hot.replicas > 0
@@ -1189,6 +1209,7 @@ def decide(
         last_scale_up_at=parse_rfc3339(previous.last_scale_up_time),
         last_scale_down_at=parse_rfc3339(previous.last_scale_down_time),
         observed_requests_per_second=observed,
+        observed_rise_per_second=rise,
         unschedulable_replicas=len(unschedulable(gathered.pods)),
         idle_seconds=None if gathered.idle_since is None else now - gathered.idle_since,
         hot_ready_replicas=sum(

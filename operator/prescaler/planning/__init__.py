@@ -26,7 +26,9 @@ from prescaler.planning._planner import (
     ScalePlan,
     ScalingPolicy,
     next_fleet_state,
+    observed_rise,
     plan,
+    remember_observation,
     remember_plan,
 )
 from prescaler.planning._risk import (
@@ -81,8 +83,10 @@ __all__ = [
     "forecast_shortfall",
     "next_fleet_state",
     "observe_risk",
+    "observed_rise",
     "plan",
     "record_risk",
+    "remember_observation",
     "remember_plan",
     "risk_sizing",
     "sized_demand",

@@ -148,6 +148,11 @@ class ScalingPolicy:
     observed_headroom: float = 1.0
     """Nowcast guard: the latest observed demand times this is a floor under the plan
     (>= 1). It covers the next step's rise when the forecast lags a level shift."""
+    observed_trend: float = 0.0
+    """The nowcast follows a ramp: while the observed demand rises
+    (:attr:`FleetState.observed_rise_per_second`), the plan takes the observation as far
+    up its rise as it climbs in this share of the cold start (0: the latest observation as
+    it is)."""
     scale_down_mode: ScaleDownMode = "paced"
     """``forecast`` releases at once what the lookahead (the upper band over the next cold
     start plus margin, and the guard) does not need: a replica released now can be back,
@@ -182,6 +187,8 @@ class ScalingPolicy:
             raise ValueError("lead margin and stabilization must be >= 0")
         if not (math.isfinite(self.observed_headroom) and self.observed_headroom >= 1):
             raise ValueError("observed headroom must be a finite number >= 1")
+        if not (math.isfinite(self.observed_trend) and self.observed_trend >= 0):
+            raise ValueError("observed trend must be a finite number >= 0")
         if not 0 < self.scale_down_max_percent <= 100:
             raise ValueError("scale-down step percent must be in (0, 100]")
         if self.scale_up_max_step is not None and self.scale_up_max_step < 1:
@@ -203,6 +210,10 @@ class FleetState:
     observed_requests_per_second: float | None = None
     """Latest measured demand, in the capacity model's unit (requests/s, or a role's
     tokens/s); ``None`` when metrics are missing."""
+    observed_rise_per_second: float | None = None
+    """How fast the observed demand rose lately, in its unit per second
+    (:func:`observed_rise`); ``None``: not known. Only a rise is used: a fall never
+    releases anything sooner."""
     unschedulable_replicas: int = 0
     """Replicas of the target no node can take now (Pending, ``Unschedulable``)."""
     idle_seconds: float | None = None
@@ -362,6 +373,49 @@ def _remember(
     return (*out, (now, target))
 
 
+RISE_MIN_AGE_SECONDS = 50.0
+""":func:`observed_rise` measures the rise since an observation at least this old..."""
+RISE_MAX_AGE_SECONDS = 180.0
+"""...and at most this old: a rise over a longer gap says nothing about a ramp now."""
+
+
+def remember_observation(
+    recent: Sequence[tuple[float, float]], now: float, observed: float | None
+) -> tuple[tuple[float, float], ...]:
+    """The observations :func:`observed_rise` needs: ``recent`` (``(time, demand)``,
+    oldest first) within :data:`RISE_MAX_AGE_SECONDS` of ``now``, only the newest of those
+    at least :data:`RISE_MIN_AGE_SECONDS` old and the younger ones, with ``(now,
+    observed)`` appended when it is a measurement (missing or garbage demand adds
+    nothing)."""
+    kept = [(t, v) for t, v in recent if now - RISE_MAX_AGE_SECONDS <= t < now]
+    old = [i for i, (t, _) in enumerate(kept) if now - t >= RISE_MIN_AGE_SECONDS]
+    if old:
+        kept = kept[old[-1] :]
+    if observed is not None and math.isfinite(observed) and observed >= 0:
+        kept.append((now, observed))
+    return tuple(kept)
+
+
+def observed_rise(
+    recent: Sequence[tuple[float, float]], now: float, observed: float | None
+) -> float | None:
+    """How fast the observed demand rose, per second: from the newest of ``recent``
+    (``(time, demand)``) that is between :data:`RISE_MIN_AGE_SECONDS` and
+    :data:`RISE_MAX_AGE_SECONDS` old to ``observed`` now. ``None`` without such an
+    observation or without a measurement now; negative while demand falls."""
+    if observed is None or not (math.isfinite(observed) and observed >= 0):
+        return None
+    earlier = [
+        (t, v)
+        for t, v in recent
+        if RISE_MIN_AGE_SECONDS <= now - t <= RISE_MAX_AGE_SECONDS and math.isfinite(v)
+    ]
+    if not earlier:
+        return None
+    t0, v0 = max(earlier)
+    return (observed - v0) / (now - t0)
+
+
 def _window_requirement(
     occurrences: Sequence[Occurrence], capacity: CapacityModel
 ) -> tuple[int, tuple[str, ...]]:
@@ -399,13 +453,27 @@ def plan(inputs: PlanInputs) -> ScalePlan:
     candidates: list[tuple[int, Constraint, str, Driver]] = []
     observed = fleet.observed_requests_per_second
     seen = observed is not None and math.isfinite(observed) and observed >= 0
+    rising = ""
+    rise = fleet.observed_rise_per_second
+    ramp = 0.0
+    # Not within a stabilization period after a release: noise that looks like a climb
+    # would add back what was just released (a second direction change in the period).
+    released = fleet.last_scale_down_at
+    settled = released is None or now - released >= policy.scale_down_stabilization_seconds
+    if seen and settled and rise is not None and math.isfinite(rise) and rise > 0:
+        ramp = rise * policy.observed_trend * inputs.cold_start_seconds
+    if ramp > 0 and observed is not None:
+        # A ramp under way: what arrives now is sized where it is heading, as a reactive
+        # HPA's proportional step does (its first order covers the climb).
+        rising = f" (rising {rise:.3g}/s, {observed:.3g} now)"
+        observed += ramp
     risk_base = risk_sized = risk_unit = None
     if inputs.risk is not None and in_lookahead:
         mean_peak = max(p.mean for p in in_lookahead)
         if not (math.isfinite(mean_peak) and mean_peak >= 0):
             mean_peak = 0.0
         risk_base = max(mean_peak, observed if observed is not None and seen else 0.0)
-        source = "observed" if risk_base > mean_peak else "forecast mean peak"
+        source = f"observed{rising}" if risk_base > mean_peak else "forecast mean peak"
         risk_unit = max(_replica_rate(capacity), inputs.risk.typical)
         margin = inputs.risk.margin
         if inputs.risk.calibrated:
@@ -453,7 +521,8 @@ def plan(inputs: PlanInputs) -> ScalePlan:
             (
                 need.replicas,
                 need.constraint,
-                f"observed {observed:.3g} {capacity.unit.name}{extra} needs {need.replicas}",
+                f"observed {observed:.3g} {capacity.unit.name}{rising}{extra} needs "
+                f"{need.replicas}",
                 "observed",
             )
         )
