@@ -76,7 +76,7 @@ def test_no_policy_flag_carries_a_default_of_its_own() -> None:
         "refit_minutes",
         "lead_margin_seconds",
         "observed_headroom",
-        "observed_trend",
+        "observed_trend_seconds",
         "scale_down_stabilization_seconds",
         "scale_down_max_percent",
         "scale_down_mode",
@@ -92,7 +92,7 @@ def test_no_policy_flag_carries_a_default_of_its_own() -> None:
     ("flags", "expected"),
     [
         (["--observed-headroom", "1.7"], {"observed_headroom": 1.7}),
-        (["--observed-trend", "0"], {"observed_trend": 0.0}),
+        (["--observed-trend-seconds", "0"], {"observed_trend_seconds": 0.0}),
         (["--lead-margin-seconds", "90"], {"lead_margin_seconds": 90.0}),
         (["--scale-down-max-percent", "20"], {"scale_down_max_percent": 20.0}),
     ],

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from prescaler.api import parse_spec, scaling_policy
+from prescaler.api import ForecastSpec, parse_spec, scaling_policy
 from prescaler.capacity import CapacityModel, TokenProfile
 from prescaler.planning import (
     FleetState,
@@ -25,7 +25,7 @@ CAPACITY = CapacityModel(TokenProfile(600, 400), tokens_per_second=1000)
 def desired(
     observed: float | None,
     rise: float | None,
-    trend: float = 0.5,
+    trend: float = 120.0,
     released_at: float | None = None,
 ) -> int:
     return plan(
@@ -42,7 +42,7 @@ def desired(
             policy=ScalingPolicy(
                 min_replicas=1,
                 max_replicas=100,
-                observed_trend=trend,
+                observed_trend_seconds=trend,
                 scale_down_requires_observation=True,
                 scale_down_stabilization_seconds=300.0,
             ),
@@ -52,10 +52,9 @@ def desired(
 
 
 def test_a_rising_observation_is_sized_where_it_is_heading() -> None:
-    # 20 req/s now, rising 0.1 req/s each second: half the 240 s cold start further up
-    # its rise it is 32.
+    # 20 req/s now, rising 0.1 req/s each second: 120 s further up its rise it is 32.
     assert desired(20.0, 0.1) == 32
-    assert desired(20.0, 0.1, trend=1.0) == 44
+    assert desired(20.0, 0.1, trend=240.0) == 44
     assert desired(20.0, 0.1, trend=0.0) == 20  # off: the observation as it is
     assert desired(20.0, None) == 20
 
@@ -115,6 +114,7 @@ def test_the_spec_sets_the_trend_and_zero_turns_it_off() -> None:
         "model": {"tokensPerSecond": 1000},
         "forecast": {"prometheus": {"url": "http://prometheus:9090"}},
     }
-    assert scaling_policy(parse_spec(base)).observed_trend == 0.5
-    off = {**base, "forecast": {**base["forecast"], "observedTrend": 0}}
-    assert scaling_policy(parse_spec(off)).observed_trend == 0.0
+    default = ForecastSpec.model_fields["observed_trend_seconds"].default
+    assert scaling_policy(parse_spec(base)).observed_trend_seconds == default > 0
+    off = {**base, "forecast": {**base["forecast"], "observedTrendSeconds": 0}}
+    assert scaling_policy(parse_spec(off)).observed_trend_seconds == 0.0

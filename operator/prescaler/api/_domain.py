@@ -216,7 +216,7 @@ def _measurable(value: float | None) -> bool:
 def scaling_policy(spec: InferencePoolSpec) -> ScalingPolicy:
     refit = spec.forecast.refit_seconds if spec.forecast is not None else 3600
     guard = spec.forecast.observed_headroom if spec.forecast is not None else 1.0
-    trend = spec.forecast.observed_trend if spec.forecast is not None else 0.0
+    trend = spec.forecast.observed_trend_seconds if spec.forecast is not None else 0
     placeholders = spec.standby.placeholders
     try:
         return ScalingPolicy(
@@ -224,7 +224,7 @@ def scaling_policy(spec: InferencePoolSpec) -> ScalingPolicy:
             max_replicas=spec.max_replicas,
             lead_margin_seconds=spec.cold_start.margin_seconds,
             observed_headroom=guard,
-            observed_trend=trend,
+            observed_trend_seconds=float(trend),
             # Missing or garbage metrics never cause a scale-down.
             scale_down_requires_observation=True,
             scale_down_mode=spec.scale_down.mode,

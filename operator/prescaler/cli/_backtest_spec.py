@@ -68,7 +68,7 @@ def with_policy_flags(raw: dict[str, Any], args: argparse.Namespace) -> dict[str
         ("forecast_model", "model"),
         ("quantile", "quantile"),
         ("observed_headroom", "observedHeadroom"),
-        ("observed_trend", "observedTrend"),
+        ("observed_trend_seconds", "observedTrendSeconds"),
         ("headroom", "headroom"),
     ):
         if getattr(args, flag, None) is not None:

@@ -343,11 +343,11 @@ def register(subparsers: Any) -> None:
         f"demand times this (default {_default('observed_headroom')})",
     )
     pol.add_argument(
-        "--observed-trend",
-        type=non_negative_float,
-        help="spec.forecast.observedTrend: while the observed demand rises, plan for it as "
-        "far up its rise as it climbs in this share of the cold start "
-        f"(default {_default('observed_trend')})",
+        "--observed-trend-seconds",
+        type=non_negative_int,
+        help="spec.forecast.observedTrendSeconds: while the observed demand rises, plan for "
+        "it as far up its rise as it climbs in this many seconds "
+        f"(default {_default('observed_trend_seconds')})",
     )
     pol.add_argument(
         "--scale-down-stabilization-seconds",

@@ -148,11 +148,10 @@ class ScalingPolicy:
     observed_headroom: float = 1.0
     """Nowcast guard: the latest observed demand times this is a floor under the plan
     (>= 1). It covers the next step's rise when the forecast lags a level shift."""
-    observed_trend: float = 0.0
+    observed_trend_seconds: float = 0.0
     """The nowcast follows a ramp: while the observed demand rises
     (:attr:`FleetState.observed_rise_per_second`), the plan takes the observation as far
-    up its rise as it climbs in this share of the cold start (0: the latest observation as
-    it is)."""
+    up its rise as it climbs in this many seconds (0: the latest observation as it is)."""
     scale_down_mode: ScaleDownMode = "paced"
     """``forecast`` releases at once what the lookahead (the upper band over the next cold
     start plus margin, and the guard) does not need: a replica released now can be back,
@@ -187,8 +186,8 @@ class ScalingPolicy:
             raise ValueError("lead margin and stabilization must be >= 0")
         if not (math.isfinite(self.observed_headroom) and self.observed_headroom >= 1):
             raise ValueError("observed headroom must be a finite number >= 1")
-        if not (math.isfinite(self.observed_trend) and self.observed_trend >= 0):
-            raise ValueError("observed trend must be a finite number >= 0")
+        if not (math.isfinite(self.observed_trend_seconds) and self.observed_trend_seconds >= 0):
+            raise ValueError("observed trend seconds must be a finite number >= 0")
         if not 0 < self.scale_down_max_percent <= 100:
             raise ValueError("scale-down step percent must be in (0, 100]")
         if self.scale_up_max_step is not None and self.scale_up_max_step < 1:
@@ -461,7 +460,7 @@ def plan(inputs: PlanInputs) -> ScalePlan:
     released = fleet.last_scale_down_at
     settled = released is None or now - released >= policy.scale_down_stabilization_seconds
     if seen and settled and rise is not None and math.isfinite(rise) and rise > 0:
-        ramp = rise * policy.observed_trend * inputs.cold_start_seconds
+        ramp = rise * policy.observed_trend_seconds
     if ramp > 0 and observed is not None:
         # A ramp under way: what arrives now is sized where it is heading, as a reactive
         # HPA's proportional step does (its first order covers the climb).
