@@ -287,7 +287,7 @@ class ForecastSpec(WireModel):
     """Expert override: the nowcast guard. The plan never falls below the latest observed
     demand times this (and the headroom). The default protects the present only; the
     calibrated margin covers what comes next."""
-    observed_trend_seconds: int = Field(default=150, ge=0, le=3600)
+    observed_trend_seconds: int = Field(default=120, ge=0, le=3600)
     """The nowcast follows a ramp: while the observed demand rises (measured over the last
     minute), the plan sizes for it as far up its rise as it climbs in this many seconds: a
     climb under way is covered by its first order, as a reactive HPA's proportional step
