@@ -24,15 +24,14 @@ The Leases that carry the assignment (one per shard, one per member slot) are
 - :func:`balance` spreads the pools, not just the shards: a shard weighs the pools it
   holds (plus one, so empty shards spread too), as its holder counts them and writes on
   the shard's Lease (:data:`WEIGHT_ANNOTATION`; no replica watches all the pools). Free
-  or expired shards go, heaviest first, each to the replica least loaded at that point. The most loaded replica gives
-  up (after it stops acting on it) the shard whose move to the least loaded one leaves
-  the larger of their two loads lowest, one per round and only if that lowers it by a
-  quarter of the shard (:data:`MOVE_GAIN`): each such move lowers the sum of squared
-  loads, so the moves end, and a
-  replica that joins takes from the loaded ones rather than setting off moves among
-  them. Every replica computes the same from the same
-  Leases and pools; while their views differ, the Leases still keep a shard on one
-  replica at a time.
+  or expired shards go, heaviest first, each to the replica least loaded at that point.
+  The most loaded replica gives up (after it stops acting on it) the shard whose move to
+  the least loaded one leaves the larger of their two loads lowest, one per round and
+  only if that lowers it by a quarter of the shard (:data:`MOVE_GAIN`): each such move
+  lowers the sum of squared loads, so the moves end, and a replica that joins takes from
+  the loaded ones rather than setting off moves among them. Every replica computes the
+  same from the same Leases; while their views differ, the Leases still keep a shard on
+  one replica at a time.
 """
 
 from __future__ import annotations

@@ -69,7 +69,7 @@ def create_pools(k: Kube, n: int) -> dict[str, int]:
             "coldStart": {"mode": "fixed", "seconds": 30},
         }
         k.create_pool(name, spec)
-        shards[name] = pool_shard(k.ns, name, spec, SHARDS)
+        shards[name] = pool_shard(k.ns, spec, SHARDS)
     return shards
 
 

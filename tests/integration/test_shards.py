@@ -177,13 +177,13 @@ def test_a_sharded_replica_needs_only_the_charts_rbac(
     of each shard (a call the Role lacks would leave it serving nothing)."""
     k = Kube(kube, namespace)
     shards: dict[str, int] = {}
-    # A pool's shard hashes its namespace (random here) and name: pick names until each
+    # A pool's shard hashes its namespace (random here) and target: pick names until each
     # shard has three pools, so that both are served whatever the namespace.
     candidates = (f"p-{i}" for i in itertools.count())
     while len(shards) < 6:
         name = next(candidates)
         spec = {"target": {"name": name}, "minReplicas": 0, "maxReplicas": 1}
-        shard = pool_shard(namespace, name, spec, 2)
+        shard = pool_shard(namespace, spec, 2)
         if sum(s == shard for s in shards.values()) == 3:
             continue
         k.create_deployment(gpu_deployment(name, 0))

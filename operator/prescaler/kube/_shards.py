@@ -15,8 +15,9 @@ the live replicas. Every retry period (:meth:`ShardLeases.run`) a replica:
 3. balances the pools (:func:`prescaler.sharding.balance`, from the holders it sees and
    what each shard weighs: its own count for the shards it holds, which it also writes on
    their Leases, else what their holders wrote): the most loaded replica stops acting on
-   the shard it should give up (:meth:`serves` turns false at once), waits until no reconcile runs on it, lets
-   the caller write what it kept back (``on_release``) and only then releases its Lease;
+   the shard it should give up (:meth:`serves` turns false at once), waits until no
+   reconcile runs on it, lets the caller write what it kept back (``on_release``) and
+   only then releases its Lease;
 4. takes the free or expired shards that fall to it (a replica that died has its shards
    taken within the lease duration, as soon as its slot expires too).
 
