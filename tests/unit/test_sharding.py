@@ -1,8 +1,10 @@
-"""Shard assignment (``prescaler.sharding``): a stable hash of the demand series, fair
-quotas that sum to the shard count, and rebalancing moves. Pure, no I/O."""
+"""Shard assignment (``prescaler.sharding``): a stable hash of a pool's primary target,
+the label that names it and the selectors that watch it, and rebalancing moves. Pure, no
+I/O."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from collections import Counter
@@ -11,53 +13,68 @@ from typing import Any
 import pytest
 
 from prescaler.sharding import (
+    SHARD_LABEL,
     Moves,
     balance,
+    label_patch,
+    labelled_shard,
     lease_names,
     pool_shard,
-    series_key,
+    primary_target,
+    relabel_selector,
+    shard_label,
     shard_of,
+    shard_selector,
+    workload_key,
+    workload_shard,
 )
 
 
-def _spec(url: str = "http://prom:9090", selector: str = 'model="a"', **forecast: Any) -> Any:
+def _spec(target: str = "llm", selector: str = 'model="a"', **extra: Any) -> Any:
     return {
-        "target": {"name": "llm"},
-        "forecast": {"prometheus": {"url": url}, "selector": selector, **forecast},
+        "target": {"name": target},
+        "forecast": {"prometheus": {"url": "http://prom:9090"}, "selector": selector},
+        **extra,
     }
 
 
-def test_pools_reading_one_series_share_a_shard_whatever_else_differs() -> None:
+def test_pools_on_one_target_share_a_shard_whatever_else_differs() -> None:
     a = {**_spec(), "minReplicas": 1, "model": {"preset": "llama-3.1-8b"}}
-    b = {**_spec(url="http://prom:9090/"), "maxReplicas": 40}
-    assert series_key("ns1", "a", a) == series_key("ns2", "b", b)
+    b = {**_spec(selector='model="other"'), "maxReplicas": 40}
     for shards in (1, 2, 3, 7, 64):
-        assert pool_shard("ns1", "a", a, shards) == pool_shard("ns2", "b", b, shards)
+        assert pool_shard("ns", a, shards) == pool_shard("ns", b, shards)
+        # ... and the workload's own shard is theirs: its gated pods go to that replica.
+        assert pool_shard("ns", a, shards) == workload_shard("ns", "Deployment", "llm", shards)
 
 
-def test_another_series_is_another_key() -> None:
-    base = series_key("ns", "a", _spec())
-    assert series_key("ns", "a", _spec(selector='model="b"')) != base
-    assert series_key("ns", "a", _spec(url="http://other:9090")) != base
-    assert series_key("ns", "a", _spec(engine="sglang")) != base
-    overridden = _spec(queries={"requestsPerSecond": "sum(rate(x[1m]))"})
-    assert series_key("ns", "a", overridden) != base
-    # Without a forecast, a pool is its own series.
-    assert series_key("ns", "a", {"target": {"name": "x"}}) != series_key(
-        "ns", "b", {"target": {"name": "x"}}
-    )
+def test_another_target_or_namespace_is_another_key() -> None:
+    base = primary_target("ns", _spec())
+    assert base == ("ns", "Deployment", "llm")
+    assert primary_target("ns", _spec(target="other")) != base
+    assert primary_target("other", _spec()) != base
+    sts = {"target": {"kind": "StatefulSet", "name": "llm"}}
+    assert primary_target("ns", sts) == ("ns", "StatefulSet", "llm")
+
+
+def test_a_pool_with_roles_is_on_the_shard_of_its_first_role_target() -> None:
+    spec = {
+        "roles": {
+            "prefill": {"target": {"name": "llm-prefill"}},
+            "decode": {"target": {"name": "llm-decode"}},
+        }
+    }
+    assert primary_target("ns", spec) == ("ns", "Deployment", "llm-decode")
+    assert pool_shard("ns", spec, 16) == workload_shard("ns", "Deployment", "llm-decode", 16)
 
 
 def test_the_shard_is_the_same_in_another_process() -> None:
     """Not Python's salted ``hash``: every replica must compute the same shard."""
-    keys = [series_key("ns", f"p{i}", {}) for i in range(20)]
+    keys = [workload_key("ns", "Deployment", f"p{i}") for i in range(20)]
     here = [shard_of(k, 7) for k in keys]
     code = (
         "import json,sys; from prescaler.sharding import shard_of; "
         "print(json.dumps([shard_of(k, 7) for k in json.load(sys.stdin)]))"
     )
-    import json
-
     out = subprocess.run(
         [sys.executable, "-c", code],
         input=json.dumps(keys),
@@ -70,9 +87,62 @@ def test_the_shard_is_the_same_in_another_process() -> None:
 
 
 def test_shards_spread_pools_evenly() -> None:
-    counts = Counter(pool_shard("ns", f"p{i}", {}, 8) for i in range(8000))
+    counts = Counter(pool_shard("ns", {"target": {"name": f"p{i}"}}, 8) for i in range(8000))
     assert set(counts) == set(range(8))
     assert max(counts.values()) < 1.1 * 1000
+
+
+def test_the_label_names_the_shard_and_the_count() -> None:
+    assert shard_label(3, 6) == "3-of-6"
+    assert label_patch(3, 6) == {"metadata": {"labels": {SHARD_LABEL: "3-of-6"}}}
+    assert labelled_shard({SHARD_LABEL: "3-of-6"}, 6) == 3
+    assert labelled_shard({SHARD_LABEL: "0-of-6"}, 6) == 0
+
+
+@pytest.mark.parametrize(
+    "labels",
+    [
+        None,
+        {},
+        {"app": "x"},
+        {SHARD_LABEL: "3-of-5"},  # another shard count
+        {SHARD_LABEL: "6-of-6"},  # no such shard
+        {SHARD_LABEL: "03-of-6"},
+        {SHARD_LABEL: "-1-of-6"},
+        {SHARD_LABEL: "3"},
+        {SHARD_LABEL: ""},
+    ],
+)
+def test_a_label_of_no_shard_of_this_count_names_none(labels: dict[str, str] | None) -> None:
+    assert labelled_shard(labels, 6) is None
+
+
+def _matches(selector: str, labels: dict[str, str]) -> bool:
+    """The API server's reading of the two selector forms used here."""
+    key, _, rest = selector.partition(" notin ")
+    if rest:
+        values = rest.strip("()").split(",")
+        return labels.get(key) not in values
+    key, _, value = selector.partition("=")
+    return labels.get(key) == value
+
+
+@pytest.mark.parametrize("shards", [1, 2, 6, 16])
+def test_every_pool_is_selected_by_exactly_one_watch(shards: int) -> None:
+    """A pool labelled for this count is in its shard's watch only; any other (none, another
+    count, a bad value) is in the relabel watch only: none is lost, none is seen twice."""
+    cases: list[dict[str, str]] = [{}, {SHARD_LABEL: "x"}, {SHARD_LABEL: f"0-of-{shards + 1}"}]
+    cases += [{SHARD_LABEL: shard_label(i, shards)} for i in range(shards)]
+    selectors = [shard_selector(i, shards) for i in range(shards)] + [relabel_selector(shards)]
+    for labels in cases:
+        hits = [i for i, sel in enumerate(selectors) if _matches(sel, labels)]
+        named = labelled_shard(labels, shards)
+        assert hits == [named if named is not None else shards], labels
+
+
+def test_the_selectors_are_what_the_api_server_reads() -> None:
+    assert shard_selector(2, 6) == "prescaler.io/shard=2-of-6"
+    assert relabel_selector(3) == "prescaler.io/shard notin (0-of-3,1-of-3,2-of-3)"
 
 
 def _settle(

@@ -1,0 +1,232 @@
+"""The pool watch of a replica with shards (``prescaler.controller.watch.ShardWatch``): a
+stream per served shard by label, the relabel stream, labels written by the right replica,
+loops ended on delete, move, lost shard and relist. Fake streams and API, no I/O."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from types import SimpleNamespace
+from typing import Any
+
+from prescaler.controller.shards import ShardGate
+from prescaler.controller.watch import ClaimIndex, Leave, ShardWatch, in_scope
+from prescaler.kube import Event, Listed
+from prescaler.metrics import Metrics
+from prescaler.sharding import (
+    SHARD_LABEL,
+    pool_shard,
+    relabel_selector,
+    shard_label,
+    shard_selector,
+)
+
+SHARDS = 4
+
+
+class Serving:
+    def __init__(self, shards: set[int]) -> None:
+        self.serving = set(shards)
+        self.shards = SHARDS
+        self.identity = "r"
+
+    def serves(self, shard: int) -> bool:
+        return shard in self.serving
+
+
+class FakeStream:
+    def __init__(self, scope: str | None, selector: str, deliver: Callable[..., None]) -> None:
+        self.scope, self.selector, self.deliver = scope, selector, deliver
+        self.started = self.stopped = False
+
+    def start(self) -> None:
+        self.started = True
+
+    def stop(self) -> None:
+        self.stopped = True
+
+    async def wait_stopped(self, timeout: float = 10.0) -> None:
+        return None
+
+
+class FakeKube:
+    def __init__(self) -> None:
+        self.patches: list[tuple[str, dict[str, Any]]] = []
+
+    async def patch_custom_object(self, *args: Any) -> None:
+        self.patches.append((args[4], args[5]))
+
+
+def _pool(name: str, target: str, label: str | None = None, uid: str | None = None) -> Any:
+    meta: dict[str, Any] = {"namespace": "ns", "name": name, "uid": uid or f"uid-{name}"}
+    if label is not None:
+        meta["labels"] = {SHARD_LABEL: label}
+    return {"metadata": meta, "spec": {"target": {"name": target}}}
+
+
+def _target_in(shard: int, avoid: set[str] = frozenset()) -> str:  # type: ignore[assignment]
+    i = 0
+    while True:
+        name = f"t{i}"
+        if name not in avoid and pool_shard("ns", {"target": {"name": name}}, SHARDS) == shard:
+            return name
+        i += 1
+
+
+class World:
+    def __init__(self, serving: set[int]) -> None:
+        self.leases = Serving(serving)
+        self.gate = ShardGate(
+            leases=self.leases,  # type: ignore[arg-type]
+            reconciler=SimpleNamespace(),  # type: ignore[arg-type]
+            metrics=Metrics(),
+        )
+        self.kube = FakeKube()
+        self.streams: list[FakeStream] = []
+        self.fed: list[tuple[str, bool]] = []
+        self.left: list[tuple[str, Leave]] = []
+
+        def open_stream(scope: str | None, selector: str, deliver: Any) -> FakeStream:
+            stream = FakeStream(scope, selector, deliver)
+            self.streams.append(stream)
+            return stream
+
+        async def on_leave(body: Any, why: Leave) -> None:
+            self.left.append((body["metadata"]["name"], why))
+
+        self.watch = ShardWatch(
+            self.gate,
+            self.kube,  # type: ignore[arg-type]
+            self.gate.metrics,
+            open_stream,
+            on_pool=lambda body, soon: self.fed.append((body["metadata"]["name"], soon)),
+            on_leave=on_leave,
+            namespaces=("ns",),
+            retry_seconds=0.01,
+        )
+
+    def stream(self, selector: str) -> FakeStream:
+        live = [s for s in self.streams if s.selector == selector and not s.stopped]
+        assert len(live) == 1, (selector, [s.selector for s in self.streams])
+        return live[0]
+
+    def events(self, watch: str) -> float:
+        return self.gate.metrics.pool_watch_events.labels(watch)._value.get()
+
+
+def test_a_replica_watches_its_shards_by_label_and_follows_what_it_serves() -> None:
+    async def scenario() -> None:
+        w = World({1})
+        w.watch.follow(frozenset({1}))
+        w.watch.start()
+        assert sorted(s.selector for s in w.streams) == sorted(
+            [relabel_selector(SHARDS), shard_selector(1, SHARDS)]
+        )
+        assert all(s.scope == "ns" and s.started for s in w.streams)
+        mine = _pool("a", _target_in(1), shard_label(1, SHARDS))
+        w.stream(shard_selector(1, SHARDS)).deliver(Listed((mine,), relist=False))
+        assert w.fed == [("a", True)]  # a shard just taken over: it ticks soon
+        assert w.watch.pools(1) == 1 and w.watch.pools(2) is None
+        assert w.events("1") == 1
+        # Shard 2 gained, shard 1 lost: its stream closes and its pools' loops end.
+        w.leases.serving = {2}
+        w.watch.follow(frozenset({2}))
+        await asyncio.sleep(0)
+        assert w.stream(shard_selector(2, SHARDS)).started
+        assert [s.stopped for s in w.streams if s.selector == shard_selector(1, SHARDS)] == [True]
+        assert w.left == [("a", "unserved")]
+        assert not w.watch.claims
+        await w.watch.close()
+
+    asyncio.run(scenario())
+
+
+def test_unlabelled_pools_are_labelled_by_the_replica_serving_their_shard() -> None:
+    async def scenario() -> None:
+        w = World({0})
+        w.watch.follow(frozenset({0}))
+        w.watch.start()
+        mine, theirs = _pool("a", _target_in(0)), _pool("b", _target_in(3))
+        w.stream(relabel_selector(SHARDS)).deliver(Listed((mine, theirs), relist=False))
+        await asyncio.sleep(0.05)
+        assert w.kube.patches == [("a", {"metadata": {"labels": {SHARD_LABEL: "0-of-4"}}})]
+        assert w.fed == []  # fed once its label brings it into the shard's watch
+        # Shard 3 gained: the waiting pool of it is labelled now.
+        w.leases.serving = {0, 3}
+        w.watch.follow(frozenset({0, 3}))
+        await asyncio.sleep(0.05)
+        assert ("b", {"metadata": {"labels": {SHARD_LABEL: "3-of-4"}}}) in w.kube.patches
+        # Labelled under another count: relabelled too.
+        old = _pool("c", _target_in(0), "0-of-3")
+        w.stream(relabel_selector(SHARDS)).deliver(Event("ADDED", old))
+        await asyncio.sleep(0.05)
+        assert ("c", {"metadata": {"labels": {SHARD_LABEL: "0-of-4"}}}) in w.kube.patches
+        await w.watch.close()
+
+    asyncio.run(scenario())
+
+
+def test_a_pool_moved_by_its_spec_is_relabelled_and_leaves() -> None:
+    async def scenario() -> None:
+        w = World({1})
+        w.watch.follow(frozenset({1}))
+        w.watch.start()
+        stream = w.stream(shard_selector(1, SHARDS))
+        body = _pool("a", _target_in(1), shard_label(1, SHARDS))
+        stream.deliver(Listed((body,), relist=False))
+        moved = _pool("a", _target_in(2), shard_label(1, SHARDS))
+        stream.deliver(Event("MODIFIED", moved))
+        await asyncio.sleep(0.05)
+        assert w.kube.patches == [("a", {"metadata": {"labels": {SHARD_LABEL: "2-of-4"}}})]
+        assert w.left == [("a", "moved")]
+        assert w.watch.pools(1) == 0
+        await w.watch.close()
+
+    asyncio.run(scenario())
+
+
+def test_deleted_left_and_relisted_pools_end_their_loops() -> None:
+    async def scenario() -> None:
+        w = World({1})
+        w.watch.follow(frozenset({1}))
+        w.watch.start()
+        stream = w.stream(shard_selector(1, SHARDS))
+        label = shard_label(1, SHARDS)
+        avoid: set[str] = set()
+        bodies = {}
+        for name in "abcd":
+            target = _target_in(1, avoid)
+            avoid.add(target)
+            bodies[name] = _pool(name, target, label)
+        stream.deliver(Listed(tuple(bodies.values()), relist=False))
+        stream.deliver(Event("DELETED", bodies["a"]))  # deleted: its last labels match
+        left = {**bodies["b"], "metadata": {**bodies["b"]["metadata"], "labels": {}}}
+        stream.deliver(Event("DELETED", left))  # its label changed: it left the selector
+        # 410 Gone, then a relist without c (deleted in the gap).
+        stream.deliver(Listed((bodies["d"],), relist=True))
+        await asyncio.sleep(0.01)
+        assert w.left == [("a", "deleted"), ("b", "moved"), ("c", "deleted")]
+        assert w.watch.pools(1) == 1
+        assert set(w.watch.claims) == {("ns", "Deployment", bodies["d"]["spec"]["target"]["name"])}
+        await w.watch.close()
+
+    asyncio.run(scenario())
+
+
+def test_two_pools_on_one_target_are_both_in_the_claims() -> None:
+    index = ClaimIndex()
+    older = _pool("old", "llm")
+    older["metadata"]["creationTimestamp"] = "2024-01-01T00:00:00Z"
+    younger = _pool("new", "llm")
+    younger["metadata"]["creationTimestamp"] = "2024-02-01T00:00:00Z"
+    index.put(older)
+    index.put(younger)
+    assert [c.name for c in sorted(index[("ns", "Deployment", "llm")])] == ["old", "new"]
+    index.drop("uid-old")
+    assert [c.name for c in index[("ns", "Deployment", "llm")]] == ["new"]
+
+
+def test_namespace_patterns_are_kept_on_the_client() -> None:
+    keep = in_scope(("team-*", "!team-x"))
+    assert keep("team-a") and not keep("team-x") and not keep("other")
+    assert in_scope(())("anything")
