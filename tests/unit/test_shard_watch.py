@@ -64,7 +64,7 @@ def _pool(name: str, target: str, label: str | None = None, uid: str | None = No
     return {"metadata": meta, "spec": {"target": {"name": target}}}
 
 
-def _target_in(shard: int, avoid: set[str] = frozenset()) -> str:  # type: ignore[assignment]
+def _target_in(shard: int, avoid: frozenset[str] | set[str] = frozenset()) -> str:
     i = 0
     while True:
         name = f"t{i}"
@@ -126,7 +126,8 @@ def test_a_replica_watches_its_shards_by_label_and_follows_what_it_serves() -> N
         mine = _pool("a", _target_in(1), shard_label(1, SHARDS))
         w.stream(shard_selector(1, SHARDS)).deliver(Listed((mine,), relist=False))
         assert w.fed == [("a", True)]  # a shard just taken over: it ticks soon
-        assert w.watch.pools(1) == 1 and w.watch.pools(2) is None
+        assert w.watch.pools(1) == 1
+        assert w.watch.pools(2) is None
         assert w.events("1") == 1
         # Shard 2 gained, shard 1 lost: its stream closes and its pools' loops end.
         w.leases.serving = {2}
@@ -228,5 +229,7 @@ def test_two_pools_on_one_target_are_both_in_the_claims() -> None:
 
 def test_namespace_patterns_are_kept_on_the_client() -> None:
     keep = in_scope(("team-*", "!team-x"))
-    assert keep("team-a") and not keep("team-x") and not keep("other")
+    assert keep("team-a")
+    assert not keep("team-x")
+    assert not keep("other")
     assert in_scope(())("anything")
