@@ -8,7 +8,11 @@ default 15 s reconcile period and 12 s Leases (renew deadline 8 s, retry 1.5 s; 
 are 15, 10 and 2), set by flags.
 
 - every pool is reconciled by exactly one replica, the one its status names, on the shard
-  its demand series hashes to;
+  its target hashes to, which the pool's ``prescaler.io/shard`` label names; each replica
+  decodes only the watch events of its own shards' pools
+  (``prescaler_pool_watch_events_total``);
+- a pool created later is labelled, and one retargeted to another shard is relabelled and
+  served by that shard's replica;
 - a replica killed with SIGKILL has its shards taken by the survivors, its pools are
   reconciled again, each by exactly one replica, and no pool gets two scale writes for the
   decision it was making;
@@ -53,9 +57,9 @@ from integration.shard_world import (
     statuses,
     steady,
 )
-from prescaler.api import PREWARM_CONDITION
+from prescaler.api import GROUP, PLURAL, PREWARM_CONDITION, VERSION
 from prescaler.prewarm import NOT_CONFIGURED
-from prescaler.sharding import pool_shard
+from prescaler.sharding import SHARD_LABEL, pool_shard
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]  # 1-3 minutes each: started early
 
@@ -103,6 +107,70 @@ def test_three_replicas_each_pool_is_served_by_exactly_one(
         now = statuses(k)
         assert Counter(s["servedBy"]["replica"] for s in now.values()) == Counter(owners.values())
         assert all(s["servedBy"]["shards"] == SHARDS for s in now.values())
+        # Each replica decoded only its own shards' pools meanwhile: every pool's status
+        # was written twice more, by its replica, and no other replica's watch saw it.
+        for identity, view in after.items():
+            grew = {w for w, n in view.watched.items() if n > before[identity].watched.get(w, 0)}
+            mine = {str(s) for s in view.serving}
+            assert grew <= mine, (identity, sorted(grew), sorted(mine))
+            assert mine <= grew, (identity, "a served shard's events were not seen")
+            assert "all" not in view.watched  # kopf watches no pools with shards
+        # Every pool carries its shard as a label, written by the operator.
+        labels = pool_labels(k)
+        assert labels == {p: f"{s}-of-{SHARDS}" for p, s in shards.items()}
+
+
+def pool_labels(k: Kube) -> dict[str, str | None]:
+    listing = k.custom.list_namespaced_custom_object(GROUP, VERSION, k.ns, PLURAL)
+    return {
+        p["metadata"]["name"]: (p["metadata"].get("labels") or {}).get(SHARD_LABEL)
+        for p in listing["items"]
+    }
+
+
+def test_a_retargeted_pool_is_relabelled_and_moves_to_its_new_shards_replica(
+    cluster: LocalCluster, crd: None, kube: Any, namespace: str, tmp_path: Path
+) -> None:
+    """Labels kept current: a pool created while the replicas run is labelled with its
+    shard, and one whose spec moves it to another shard (a new target) is relabelled and
+    served there; a label written by hand under another shard count is corrected."""
+    k = Kube(kube, namespace)
+    shards = create_pools(k, 60)
+    with replicas(cluster, namespace, tmp_path, ["r0", "r1", "r2"]) as running:
+        owners = wait_for(
+            lambda: steady(k, running, shards, [2, 2, 2]),
+            300,
+            "three replicas serving 2 shards each, every pool on one of them",
+            interval=1.0,
+        )
+        # A pool created now, and a pool moved to a target on another replica's shard.
+        late = {"target": {"name": "late"}, "minReplicas": 0, "maxReplicas": 1}
+        k.create_deployment(gpu_deployment("late", 0))
+        k.create_pool("late", {**late, "model": {"tokensPerSecond": 3750}})
+        shards["late"] = pool_shard(k.ns, late, SHARDS)
+        moved = "p-0"
+        by_shard = {shards[p]: owners[p] for p in owners}
+        target = next(
+            name
+            for name in (f"moved-{i}" for i in itertools.count())
+            if by_shard[pool_shard(k.ns, {"target": {"name": name}}, SHARDS)] != owners[moved]
+        )
+        k.create_deployment(gpu_deployment(target, 0))
+        k.patch_pool(moved, {"target": {"name": target}})
+        shards[moved] = pool_shard(k.ns, {"target": {"name": target}}, SHARDS)
+        # A label under another count, written by hand, on a third pool.
+        k.custom.patch_namespaced_custom_object(
+            GROUP, VERSION, k.ns, PLURAL, "p-1", {"metadata": {"labels": {SHARD_LABEL: "0-of-2"}}}
+        )
+        expected = {p: f"{s}-of-{SHARDS}" for p, s in shards.items()}
+        wait_for(lambda: pool_labels(k) == expected or None, 120, "every pool labelled")
+        now = wait_for(
+            lambda: steady(k, running, shards, [2, 2, 2]),
+            180,
+            "the late and the moved pool served on their shards, by exactly one replica",
+            interval=1.0,
+        )
+        assert now[moved] == by_shard[shards[moved]] != owners[moved]
 
 
 def test_a_killed_replicas_pools_are_served_again_by_exactly_one_survivor(
