@@ -161,7 +161,7 @@ def register(
         watch = _shard_watch(shards, reconciler, loops, gone, interval, namespaces, streams)
 
         @kopf.on.startup(registry=registry)
-        def watch_shards(**_: Any) -> None:
+        async def watch_shards(**_: Any) -> None:  # on the event loop: streams hand to it
             if watch is not None:
                 watch.start()
 
