@@ -6,19 +6,24 @@ The Leases that carry the assignment (one per shard, one per member slot) are
 
 - A pool's shard is a stable hash (SHA-256, not Python's salted ``hash``) of its primary
   target: its namespace and its target's kind and name (a pool with roles: the first of
-  its role targets). Every pool on one target lands on one shard, so what needs all the
-  pools of a target is local to one replica: which of two pools on one target keeps it
-  (the older), and who decides a gated pod of that workload (the replica serving the
-  workload's shard, whether a pool claims it or not). Pools reading one series but
-  scaling different targets may land on different replicas, which then each read and
-  fit that series: a cost, where the alternative (a shard per series) let two replicas
-  scale one target without either seeing the other's pool.
-- Each pool carries its shard as a label (:data:`SHARD_LABEL`, :func:`shard_label`), so
-  a replica watches only the pools of the shards it serves (:func:`shard_selector`), and
-  the pools no such selector matches (:func:`relabel_selector`: new, or labelled under
-  another shard count) until they are labelled. A pool whose spec moves it to another
-  shard is relabelled by the replica serving the shard its label names, and leaves that
-  replica's watch for the other's.
+  its role targets). Pools reading one series but scaling different targets may land on
+  different replicas, which then each read and fit that series: a cost, where the
+  alternative (a shard per series) let two replicas scale one target without either
+  seeing the other's pool.
+- A pool touches the shards its targets hash to (:func:`touched_shards`): its primary
+  shard, and (a pool with roles on several shards) secondary ones. It carries one label
+  per touched shard (:func:`shard_labels`: ``prescaler.io/shard-<i>-of-<n>`` valued
+  ``primary`` or ``secondary``), so a replica watches only the pools that touch the
+  shards it serves (:func:`shard_selector`): it serves those it is primary for, and sees
+  the rest, which is what needs every pool of a target: which of two pools on one target
+  keeps it (the older), and who decides a gated pod of that workload (the replica of the
+  pool that keeps it, else the replica serving the workload's shard). A replica that
+  serves a pool with a secondary shard it does not serve watches that shard's pools too
+  (not to serve them: to see every other claim on that pool's targets there). The pools no
+  label names a primary of (:func:`relabel_selector`: new, or labelled under another
+  shard count) are watched too, until they are labelled. A pool whose labels are not
+  what its spec says (:func:`label_patch`) is relabelled by the replica serving its
+  primary shard, or the one serving the shard its labels name as primary.
 - Replicas count themselves on member slot Leases (one slot each, ``shards`` slots): the
   live slots are the replicas.
 - :func:`balance` spreads the pools, not just the shards: a shard weighs the pools it
@@ -38,6 +43,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -47,10 +53,6 @@ MOVE_GAIN = 0.25
 share of the shard's weight: pools spread within a few percent do not move back and forth
 (a move costs their history reads and fits on the new replica)."""
 
-SHARD_LABEL = "prescaler.io/shard"
-"""Label on every pool with its shard (:func:`shard_label`), written by the operator: each
-replica watches only the pools labelled with the shards it serves."""
-
 WEIGHT_ANNOTATION = "prescaler.io/pools"
 """Annotation on a shard's Lease: how many pools its holder sees in it (what the shard
 weighs for the other replicas, which do not watch its pools)."""
@@ -59,18 +61,26 @@ SHARD_LEASE_LABEL = "prescaler.io/lease-set"
 """Label on every Lease of one set (its value: the set's base name), so one list reads them."""
 
 
-def primary_target(namespace: str, spec: Mapping[str, Any]) -> tuple[str, str, str]:
-    """``(namespace, kind, name)`` of the workload a pool's shard is hashed from: its
-    target, or (a pool with roles) the first of its role targets in that order."""
+def pool_targets(spec: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """``(kind, name)`` of every workload a pool scales, sorted: its target, or (a pool
+    with roles) each role's."""
     roles = spec.get("roles")
     targets = [spec.get("target") or {}]
     if isinstance(roles, Mapping):
         targets = [(r or {}).get("target") or {} for r in roles.values() if isinstance(r, Mapping)]
-    keys = sorted(
-        (str(t.get("kind", "Deployment")), str(t.get("name")))
-        for t in targets
-        if isinstance(t, Mapping)
+    return sorted(
+        {
+            (str(t.get("kind", "Deployment")), str(t.get("name")))
+            for t in targets
+            if isinstance(t, Mapping)
+        }
     )
+
+
+def primary_target(namespace: str, spec: Mapping[str, Any]) -> tuple[str, str, str]:
+    """``(namespace, kind, name)`` of the workload a pool's shard is hashed from: its
+    target, or (a pool with roles) the first of its role targets in that order."""
+    keys = pool_targets(spec)
     kind, name = keys[0] if keys else ("Deployment", "None")
     return namespace, kind, name
 
@@ -100,43 +110,120 @@ def pool_shard(namespace: str, spec: Mapping[str, Any], shards: int) -> int:
     return workload_shard(*primary_target(namespace, spec), shards)
 
 
+def touched_shards(namespace: str, spec: Mapping[str, Any], shards: int) -> dict[int, str]:
+    """Every shard a pool touches, with its part in it: :data:`PRIMARY` for the shard that
+    serves it (:func:`pool_shard`), :data:`SECONDARY` for the other shards its targets
+    hash to (a pool with roles whose role targets are on several shards)."""
+    touched = {
+        workload_shard(namespace, kind, name, shards): SECONDARY
+        for kind, name in pool_targets(spec)
+    }
+    touched[pool_shard(namespace, spec, shards)] = PRIMARY
+    return touched
+
+
 # ---------------------------------------------------------------------- pool labels
-def shard_label(shard: int, shards: int) -> str:
-    """The value of :data:`SHARD_LABEL` on a pool of ``shard`` out of ``shards``: the
-    count is part of it, so a pool labelled under another count is found (and relabelled)
-    like an unlabelled one."""
-    return f"{shard}-of-{shards}"
+SHARD_KEY_PREFIX = "prescaler.io/shard-"
+"""The labels the operator keeps on every pool: one per shard it touches,
+``prescaler.io/shard-<i>-of-<n>`` (:func:`shard_key`), valued :data:`PRIMARY` or
+:data:`SECONDARY` (:func:`shard_labels`). Each replica watches, per shard it serves, the
+pools that have that shard's key (:func:`shard_selector`): it serves those whose key says
+primary, and sees the others, which claim a target of that shard (which of two pools on
+one target keeps it, and who decides its gated pods)."""
+PRIMARY = "primary"
+SECONDARY = "secondary"
+_SHARD_KEY = re.compile(r"prescaler\.io/shard-(0|[1-9][0-9]*)-of-([1-9][0-9]*)")
+_LABEL_NAME = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?")
+_DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+
+
+def valid_label_key(key: str) -> bool:
+    """Whether the API server takes ``key`` as a label key: an optional DNS subdomain
+    prefix (at most 253 characters) and a ``/``, then a name of at most 63 characters,
+    alphanumeric at both ends, ``-``, ``_`` and ``.`` inside."""
+    prefix, slash, name = key.rpartition("/")
+    if slash and (len(prefix) > 253 or not _DNS_SUBDOMAIN.fullmatch(prefix)):
+        return False
+    return bool(_LABEL_NAME.fullmatch(name))
+
+
+def shard_key(shard: int, shards: int) -> str:
+    """The label key of ``shard`` out of ``shards`` on a pool that touches it: the count
+    is part of it, so a pool labelled under another count is found (and relabelled) like
+    an unlabelled one."""
+    if not 0 <= shard < shards:
+        raise ValueError(f"no shard {shard} of {shards}")
+    key = f"{SHARD_KEY_PREFIX}{shard}-of-{shards}"
+    if not valid_label_key(key):  # pragma: no cover - at most 1024 shards: 18 characters
+        raise ValueError(f"{key!r} is not a valid label key")
+    return key
+
+
+def parse_shard_key(key: str) -> tuple[int, int] | None:
+    """``(shard, shards)`` of a key :func:`shard_key` makes, else ``None``."""
+    match = _SHARD_KEY.fullmatch(key)
+    if match is None:
+        return None
+    shard, shards = int(match[1]), int(match[2])
+    return (shard, shards) if shard < shards else None
+
+
+def shard_labels(namespace: str, spec: Mapping[str, Any], shards: int) -> dict[str, str]:
+    """The shard labels a pool should carry under ``shards``: one per shard it touches."""
+    return {
+        shard_key(shard, shards): part
+        for shard, part in sorted(touched_shards(namespace, spec, shards).items())
+    }
+
+
+def shard_labels_of(labels: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The shard labels among a pool's labels (under any count, and any value)."""
+    return {k: v for k, v in (labels or {}).items() if k.startswith(SHARD_KEY_PREFIX)}
+
+
+def labelled_shards(labels: Mapping[str, Any] | None, shards: int) -> dict[int, Any]:
+    """The shards a pool's labels name under ``shards``, with each label's value."""
+    named = {}
+    for key, value in shard_labels_of(labels).items():
+        parsed = parse_shard_key(key)
+        if parsed is not None and parsed[1] == shards:
+            named[parsed[0]] = value
+    return named
 
 
 def labelled_shard(labels: Mapping[str, Any] | None, shards: int) -> int | None:
-    """The shard a pool's labels name under ``shards`` (``None``: unlabelled, labelled
-    under another count, or a value that is not one of :func:`shard_label`'s)."""
-    value = (labels or {}).get(SHARD_LABEL)
-    if not isinstance(value, str):
+    """The shard a pool's labels name as its primary under ``shards`` (``None``: none
+    does, e.g. unlabelled or labelled under another count, or several do)."""
+    primary = [i for i, v in labelled_shards(labels, shards).items() if v == PRIMARY]
+    return primary[0] if len(primary) == 1 else None
+
+
+def label_patch(
+    labels: Mapping[str, Any] | None, namespace: str, spec: Mapping[str, Any], shards: int
+) -> dict[str, Any] | None:
+    """The merge patch that makes a pool's shard labels what its spec says under
+    ``shards`` (``None`` labels of other shards or counts; other labels untouched), or
+    ``None`` if they already are."""
+    want: dict[str, Any] = shard_labels(namespace, spec, shards)
+    have = shard_labels_of(labels)
+    if have == want:
         return None
-    head, sep, count = value.partition("-of-")
-    if not sep or count != str(shards) or not head.isdigit():
-        return None
-    shard = int(head)
-    return shard if 0 <= shard < shards and value == shard_label(shard, shards) else None
+    patch: dict[str, Any] = {k: v for k, v in want.items() if have.get(k) != v}
+    patch.update({k: None for k in have if k not in want})
+    return {"metadata": {"labels": patch}}
 
 
 def shard_selector(shard: int, shards: int) -> str:
-    """The label selector of one shard's pools (the watch of the replica serving it)."""
-    return f"{SHARD_LABEL}={shard_label(shard, shards)}"
+    """The label selector of every pool that touches one shard (the watch of the replica
+    serving it, or of one serving a pool that touches it)."""
+    return shard_key(shard, shards)
 
 
 def relabel_selector(shards: int) -> str:
-    """The label selector of every pool that no shard's selector matches: unlabelled, or
-    labelled under another shard count or with a value of no shard (``notin`` also matches
-    a pool without the label)."""
-    values = ",".join(shard_label(i, shards) for i in range(shards))
-    return f"{SHARD_LABEL} notin ({values})"
-
-
-def label_patch(shard: int, shards: int) -> dict[str, Any]:
-    """The merge patch that labels a pool with its shard."""
-    return {"metadata": {"labels": {SHARD_LABEL: shard_label(shard, shards)}}}
+    """The label selector of every pool that no label names the primary of under
+    ``shards``: unlabelled, labelled under another shard count, or with values of no
+    shard (``notin`` also matches a pool without the key)."""
+    return ",".join(f"{shard_key(i, shards)} notin ({PRIMARY})" for i in range(shards))
 
 
 @dataclass(frozen=True, slots=True)

@@ -59,7 +59,7 @@ from integration.shard_world import (
 )
 from prescaler.api import GROUP, PLURAL, PREWARM_CONDITION, VERSION
 from prescaler.prewarm import NOT_CONFIGURED
-from prescaler.sharding import SHARD_LABEL, pool_shard
+from prescaler.sharding import pool_shard, shard_key, shard_labels, workload_shard
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]  # 1-3 minutes each: started early
 
@@ -117,15 +117,25 @@ def test_three_replicas_each_pool_is_served_by_exactly_one(
             assert "all" not in view.watched  # kopf watches no pools with shards
         # Every pool carries its shard as a label, written by the operator.
         labels = pool_labels(k)
-        assert labels == {p: f"{s}-of-{SHARDS}" for p, s in shards.items()}
+        assert labels == {p: one_shard(s) for p, s in shards.items()}
 
 
-def pool_labels(k: Kube) -> dict[str, str | None]:
+def pool_labels(k: Kube) -> dict[str, dict[str, str]]:
+    """Each pool's shard labels."""
     listing = k.custom.list_namespaced_custom_object(GROUP, VERSION, k.ns, PLURAL)
     return {
-        p["metadata"]["name"]: (p["metadata"].get("labels") or {}).get(SHARD_LABEL)
+        p["metadata"]["name"]: {
+            key: value
+            for key, value in (p["metadata"].get("labels") or {}).items()
+            if key.startswith("prescaler.io/shard")
+        }
         for p in listing["items"]
     }
+
+
+def one_shard(shard: int) -> dict[str, str]:
+    """The labels of a pool with one target, on ``shard``."""
+    return {shard_key(shard, SHARDS): "primary"}
 
 
 def test_a_retargeted_pool_is_relabelled_and_moves_to_its_new_shards_replica(
@@ -160,9 +170,18 @@ def test_a_retargeted_pool_is_relabelled_and_moves_to_its_new_shards_replica(
         shards[moved] = pool_shard(k.ns, {"target": {"name": target}}, SHARDS)
         # A label under another count, written by hand, on a third pool.
         k.custom.patch_namespaced_custom_object(
-            GROUP, VERSION, k.ns, PLURAL, "p-1", {"metadata": {"labels": {SHARD_LABEL: "0-of-2"}}}
+            GROUP,
+            VERSION,
+            k.ns,
+            PLURAL,
+            "p-1",
+            {
+                "metadata": {
+                    "labels": {shard_key(0, 2): "primary", shard_key(shards["p-1"], SHARDS): None}
+                }
+            },
         )
-        expected = {p: f"{s}-of-{SHARDS}" for p, s in shards.items()}
+        expected = {p: one_shard(s) for p, s in shards.items()}
         wait_for(lambda: pool_labels(k) == expected or None, 120, "every pool labelled")
         now = wait_for(
             lambda: steady(k, running, shards, [2, 2, 2]),
@@ -324,3 +343,161 @@ def test_a_gated_pod_no_pool_scales_is_released_by_one_replica(
             if e.reason == NOT_CONFIGURED
         ]
         assert len(events) == 1, [(e.reason, e.message) for e in events]
+
+
+# ------------------------------------------------- pools with roles across shards
+def split_role_targets(kube: Any, namespace: str) -> tuple[str, str]:
+    """Two role targets whose shards are held by two different replicas now: the first
+    (in sort order: the pool's primary target) and the second."""
+    holders = {s: lease_holder(kube, namespace, s) for s in range(SHARDS)}
+
+    def holder(name: str) -> str | None:
+        return holders[workload_shard(namespace, "Deployment", name, SHARDS)]
+
+    names = (f"x-{i}" for i in itertools.count())
+    second = next(names)
+    first = next(
+        n for n in (f"a-{i}" for i in itertools.count()) if holder(n) not in (None, holder(second))
+    )
+    assert first < second
+    assert holder(second) is not None
+    return first, second
+
+
+def role_spec(first: str, second: str, floor: int) -> dict[str, Any]:
+    """A disaggregated pool: prefill on ``first``, decode on ``second``, at ``floor``."""
+    return {
+        "roles": {
+            "prefill": {"target": {"name": first}, "tokensPerSecond": 10000},
+            "decode": {"target": {"name": second}, "tokensPerSecond": 3750},
+        },
+        "minReplicas": floor,
+        "maxReplicas": 3,
+        "coldStart": {"mode": "fixed", "seconds": 30},
+    }
+
+
+def test_a_younger_role_pool_on_an_older_pools_target_of_another_shard_is_in_conflict(
+    cluster: LocalCluster, crd: None, kube: Any, namespace: str, tmp_path: Path
+) -> None:
+    """A pool with roles whose second role target an older pool already scales, that
+    target on a shard held by another replica than the role pool's: the role pool is
+    Invalid (TargetConflict) and scales neither target, as without shards. Before, the
+    role pool's replica saw no claim on its second target and scaled it."""
+    k = Kube(kube, namespace)
+    shards = create_pools(k, 60)
+    with replicas(cluster, namespace, tmp_path, ["r0", "r1", "r2"]) as running:
+        wait_for(
+            lambda: steady(k, running, shards, [2, 2, 2]),
+            300,
+            "three replicas serving 2 shards each, every pool on one of them",
+            interval=1.0,
+        )
+        first, second = split_role_targets(kube, namespace)
+        for name in (first, second):
+            k.create_deployment(gpu_deployment(name, 0))
+        older = {
+            "target": {"name": second},
+            "minReplicas": 1,
+            "maxReplicas": 3,
+            "model": {"tokensPerSecond": 3750},
+            "coldStart": {"mode": "fixed", "seconds": 30},
+        }
+        k.create_pool("b-older", older)
+        wait_for(
+            lambda: k.deployment(second).spec.replicas == 1 or None,
+            120,
+            "the older pool to scale its target",
+        )
+        time.sleep(1.1)  # creationTimestamp has whole seconds: the younger is younger
+        spec = role_spec(first, second, floor=2)
+        k.create_pool("c-younger", spec)
+        want = shard_labels(namespace, spec, SHARDS)
+        assert len(want) == 2, want
+        cond = wait_for(
+            lambda: k.condition_is("c-younger", "Invalid", "True"),
+            180,
+            "the younger role pool flagged",
+        )
+        assert cond["reason"] == "TargetConflict", cond
+        assert "b-older" in cond["message"]
+        assert pool_labels(k)["c-younger"] == want
+        # The younger pool changed neither of its targets, and the older kept its own.
+        assert k.deployment(second).spec.replicas == 1
+        assert k.deployment(second).metadata.generation == 2
+        assert k.deployment(first).spec.replicas == 0
+        assert k.condition_is("b-older", "Invalid", "True") is None
+
+
+def test_a_gated_pod_of_a_role_pools_second_target_is_released_by_one_replica(
+    cluster: LocalCluster,
+    crd: None,
+    kube: Any,
+    namespace: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A pool with roles scales its second role target, whose shard another replica
+    holds, and that target's pods carry the prewarm readiness gate: the pod is the role
+    pool's replica's to decide (a role's pods are not warmed: it releases it after the
+    grace), not also the workload shard's replica's: one condition write, one Event."""
+    k = Kube(kube, namespace)
+    shards = create_pools(k, 60)
+    monkeypatch.setenv("PRESCALER_PREWARM_UNCLAIMED_SECONDS", "5")
+    with replicas(cluster, namespace, tmp_path, ["r0", "r1", "r2"]) as running:
+        wait_for(
+            lambda: steady(k, running, shards, [2, 2, 2]),
+            300,
+            "three replicas serving 2 shards each, every pool on one of them",
+            interval=1.0,
+        )
+        first, second = split_role_targets(kube, namespace)
+        k.create_deployment(gpu_deployment(first, 0))
+        k.create_deployment(with_readiness_gate(gpu_deployment(second, 0), PREWARM_CONDITION))
+        k.create_pool("role", role_spec(first, second, floor=1))
+        wait_for(
+            lambda: k.deployment(second).spec.replicas == 1 or None,
+            180,
+            "the role pool to scale its second target",
+        )
+
+        def released() -> Any:
+            pods = k.core.list_namespaced_pod(namespace, label_selector=f"app={second}").items
+            for pod in pods:
+                for cond in pod.status.conditions or []:
+                    if cond.type == PREWARM_CONDITION and cond.status == "True":
+                        return pod
+            return None
+
+        pod = wait_for(released, 180, "the gated pod's condition")
+        wait_for(
+            lambda: any(
+                c.type == "Ready" and c.status == "True"
+                for c in k.core.read_namespaced_pod(pod.metadata.name, namespace).status.conditions
+                or []
+            ),
+            120,
+            "the gated pod Ready",
+        )
+        # Both replicas would have released it within a few seconds of each other: wait
+        # for a reconcile of the role pool that starts well after that.
+        after = time.time() + 5
+
+        def reconciled_after() -> bool:
+            views = running.views() or {}
+            return any(
+                t > after
+                for v in views.values()
+                for p, t in v.last.items()
+                if p == "role" or p.startswith("role/")
+            )
+
+        wait_for(reconciled_after, 120, "one more reconcile of the role pool")
+        events = [
+            e
+            for e in k.core.list_namespaced_event(
+                namespace, field_selector=f"involvedObject.name={pod.metadata.name}"
+            ).items
+            if e.reason == NOT_CONFIGURED
+        ]
+        assert len(events) == 1, [(e.reason, e.source.component, e.message) for e in events]

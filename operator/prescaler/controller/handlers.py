@@ -120,6 +120,8 @@ def register(
         body, claims = seen
         if is_leader is not None and not is_leader():
             return  # a standby replica: no reads, no writes
+        if watch is not None and not watch.ready(body):
+            return  # a shard it touches is not listed yet: claims on its targets unknown
         keys, me = target_claims(body)
         owner = next(
             (o for key in keys if (o := target_owner(me, claims.get(key, []))) is not None), None
@@ -158,7 +160,7 @@ def register(
     )
     watch: ShardWatch | None = None
     if shards is not None and streams is not None:
-        watch = _shard_watch(shards, reconciler, loops, gone, interval, namespaces, streams)
+        watch = _shard_watch(shards, reconciler, loops, interval, namespaces, streams)
 
         @kopf.on.startup(registry=registry)
         async def watch_shards(**_: Any) -> None:  # on the event loop: streams hand to it
@@ -224,7 +226,6 @@ def _shard_watch(
     gate: ShardGate,
     reconciler: Reconciler,
     loops: Loops[Seen],
-    gone: Callable[[Seen], None],
     interval: float,
     namespaces: Sequence[str],
     streams: StreamFactory,
@@ -237,16 +238,19 @@ def _shard_watch(
         loops.feed(_key(body), (body, watch.claims), within=spread if soon else None)
 
     async def on_leave(body: Mapping[str, Any], why: Leave) -> None:
+        # What the replica knows of the pool's targets and workloads (claims, gated pods)
+        # is the watch's to keep: it may still see the pool on another shard.
         key = _key(body)
         if why == "unserved":
             # The shard's hand-over (ShardGate.release or .lost) writes or drops what its
             # pools kept; a reconcile running now is waited for there.
             loops.discard(key)
-            gate.unwatch(str(body["metadata"]["uid"]))
             return
         await loops.stop(key)  # after its running reconcile, if one runs
         if why != "terminating":
-            gone((body, watch.claims))
+            pool = _pool({"body": body})
+            reconciler.forget(pool)
+            gate.drop(pool)
 
     watch = ShardWatch(
         gate,

@@ -9,20 +9,21 @@ lost (its renewal was late), they are dropped: its new holder may already act. E
 the pools' caches and metric series go, so each pool shows up on one replica's
 ``/metrics`` only.
 
-A replica sees only the pools of the shards it serves (:mod:`prescaler.controller.watch`
-watches them by label), so what needs every pool of something is kept local by the shard
-key, a pool's primary target (:func:`prescaler.sharding.pool_shard`):
+A replica sees only the pools that touch the shards it watches (those it serves, and the
+secondary shards of the pools it serves: :mod:`prescaler.controller.watch` watches them
+by label), so what needs every pool of a target is kept local by the labels:
 
-- which of two pools on one target keeps it: both are on the target's shard, so one
-  replica sees both;
+- which of two pools on one target keeps it: both carry the target's shard label, so
+  the replica serving that shard sees both, and so does the replica serving either
+  pool (it watches every shard its pool touches);
 - a pod that carries the prewarm readiness gate has one owner among the replicas
-  (:meth:`ShardGate.owns_pod`): the replica serving the shard of a pool it sees scaling
-  the pod's workload (it warms the pod, or releases it when the pool does not warm), else
-  the replica serving the workload's own shard (:func:`prescaler.sharding.workload_shard`),
-  which sees every pool whose primary target the workload is: when none scales it, it
-  releases the pod after the grace period as an operator without shards does. A hot
-  standby's pods are their pool's replica's only; a pod of no workload is the replica's
-  serving shard :data:`SWEEPER_SHARD`;
+  (:meth:`ShardGate.owns_pod`): the replica serving the pool that keeps the pod's
+  workload (it warms the pod, or releases it when the pool does not warm), else the
+  replica serving the workload's own shard (:func:`prescaler.sharding.workload_shard`),
+  which sees every pool on it: when none scales it, it releases the pod after the grace
+  period as an operator without shards does. A hot standby's pods are their pool's
+  replica's only; a pod of no workload is the replica's serving shard
+  :data:`SWEEPER_SHARD`;
 - what each shard weighs (its pools) is counted by its holder, which writes it on the
   shard's Lease for the others (:class:`prescaler.kube.ShardLeases`).
 """
@@ -35,7 +36,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from prescaler.api import ServedByStatus
-from prescaler.controller.model import PoolObject, target_claims
+from prescaler.controller.model import PoolObject, TargetClaim, target_claims
 from prescaler.controller.reconcile import Reconciler
 from prescaler.kube import ROLE_HOT, ROLE_LABEL, ShardLeases, object_name
 from prescaler.metrics import Metrics
@@ -75,8 +76,9 @@ class ShardGate:
     _serving: frozenset[int] = frozenset()
     _seen: dict[str, int] = field(default_factory=dict)
     """Every pool watched (those of the shards served here), by uid, with its shard."""
-    _workloads: dict[WorkloadKey, dict[str, int]] = field(default_factory=dict)
-    """Every watched pool's workloads (:func:`workload_keys`): pool uid -> its shard."""
+    _workloads: dict[WorkloadKey, dict[str, tuple[int, TargetClaim]]] = field(default_factory=dict)
+    """Every watched pool's workloads (:func:`workload_keys`): pool uid -> its shard and
+    its claim."""
     _keys: dict[str, tuple[WorkloadKey, ...]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -92,8 +94,9 @@ class ShardGate:
         shard = self._seen[uid] = self.shard_of_body(body)
         self._unmap(uid)
         keys = self._keys[uid] = workload_keys(body)
+        _, claim = target_claims(body)
         for key in keys:
-            self._workloads.setdefault(key, {})[uid] = shard
+            self._workloads.setdefault(key, {})[uid] = (shard, claim)
 
     def _unmap(self, uid: str) -> None:
         for key in self._keys.pop(uid, ()):
@@ -104,13 +107,18 @@ class ShardGate:
 
     def owns_pod(self, key: WorkloadKey | None, labels: Mapping[str, str] | None = None) -> bool:
         """Whether this replica decides a gated pod of workload ``key`` that no pool of
-        its own has claimed for warming: it serves a pool it sees scaling that workload,
-        or it sees none and serves the workload's shard (which holds every pool whose
-        primary target it is). A hot standby's pod (``labels``) is only its pool's
-        replica's, which claims it; a pod of no workload is :data:`SWEEPER_SHARD`'s."""
+        its own has claimed for warming: it serves the pool that keeps that workload
+        among those it sees (the oldest that is not Invalid for a reason of its own, as
+        :func:`~prescaler.controller.model.target_owner` picks), or it sees none and
+        serves the workload's shard (whose watch holds every pool on it, primary or
+        secondary). A replica that serves the pool that keeps it sees every pool on it
+        too (it watches the pool's secondary shards), so two replicas never both decide.
+        A hot standby's pod (``labels``) is only its pool's replica's, which claims it; a
+        pod of no workload is :data:`SWEEPER_SHARD`'s."""
         owners = self._workloads.get(key) if key is not None else None
         if owners:
-            return any(self.leases.serves(shard) for shard in owners.values())
+            claims = sorted(owners.values(), key=lambda o: (o[1].blocked, o[1]))
+            return self.leases.serves(claims[0][0])
         if key is None:
             return self.leases.serves(SWEEPER_SHARD)
         if (labels or {}).get(ROLE_LABEL) == ROLE_HOT:
@@ -171,8 +179,13 @@ class ShardGate:
 
     def forget(self, pool: PoolObject) -> None:
         """A deleted pool, or one whose shard is another's now."""
-        self._pools.pop(pool.uid, None)
+        self.drop(pool)
         self.unwatch(pool.uid)
+
+    def drop(self, pool: PoolObject) -> None:
+        """A pool no longer served here, which the watch may still see (it touches
+        another shard watched here): its workloads stay mapped until :meth:`unwatch`."""
+        self._pools.pop(pool.uid, None)
 
     def unwatch(self, uid: str) -> None:
         """A pool no longer watched here (its shard is no longer served here): what the
