@@ -387,3 +387,35 @@ def test_a_served_pool_with_stale_secondary_labels_is_relabelled() -> None:
         await w.watch.close()
 
     asyncio.run(scenario())
+
+
+def test_a_pool_moved_between_two_shards_served_here_stays_served_in_either_order() -> None:
+    """A role pool's primary moves to its (already watched) secondary shard, both served
+    here: whichever stream delivers the change first, the pool ends served on the new
+    shard (the loop its old shard ends is the one the new shard feeds: handlers keep it)."""
+
+    async def scenario(new_first: bool) -> None:
+        w = World({1, 2})
+        w.watch.follow(frozenset({1, 2}))
+        w.watch.start()
+        first, second = _role_targets(1, 2)
+        body = _pool("role", (first, second), True)
+        for shard in (1, 2):
+            w.stream(shard_selector(shard, SHARDS)).deliver(Listed((body,), relist=False))
+        assert w.fed == [("role", True)]
+        assert w.watch.pools(1) == 1
+        # The first role target renamed to one that sorts after the second: shard 2 serves.
+        later = "z" + first
+        moved = _pool("role", (later, second), True)
+        assert pool_shard("ns", moved["spec"], SHARDS) == 2
+        order = (2, 1) if new_first else (1, 2)
+        for shard in order:
+            w.stream(shard_selector(shard, SHARDS)).deliver(Event("MODIFIED", moved))
+        await asyncio.sleep(0.01)
+        assert w.watch.serves_uid("uid-role")
+        assert (w.watch.pools(1), w.watch.pools(2)) == (0, 1)
+        assert w.fed[-1][0] == "role"
+        await w.watch.close()
+
+    asyncio.run(scenario(True))
+    asyncio.run(scenario(False))

@@ -241,6 +241,8 @@ def _shard_watch(
         # What the replica knows of the pool's targets and workloads (claims, gated pods)
         # is the watch's to keep: it may still see the pool on another shard.
         key = _key(body)
+        if why != "terminating" and watch.serves_uid(str(body["metadata"]["uid"])):
+            return  # its primary moved to another shard served here, which feeds it now
         if why == "unserved":
             # The shard's hand-over (ShardGate.release or .lost) writes or drops what its
             # pools kept; a reconcile running now is waited for there.

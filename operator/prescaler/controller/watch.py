@@ -303,6 +303,11 @@ class ShardWatch:
             return None
         return len(self._pools.get(shard, {}))
 
+    def serves_uid(self, uid: str) -> bool:
+        """Whether a pool is served here now (on any shard): a loop ended for its old
+        shard is the same loop its new one feeds (both served here)."""
+        return any(uid in pools for pools in self._pools.values())
+
     def _has_listed(self, shard: int) -> bool:
         return len(self._listed.get(shard, ())) >= len(self._scopes)
 
