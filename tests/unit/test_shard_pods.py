@@ -13,7 +13,7 @@ from prescaler.controller.model import PoolObject
 from prescaler.controller.shards import SWEEPER_SHARD, ShardGate
 from prescaler.kube import ROLE_HOT, ROLE_LABEL
 from prescaler.metrics import Metrics
-from prescaler.sharding import workload_shard
+from prescaler.sharding import touched_shards, workload_shard
 
 SHARDS = 4
 
@@ -101,3 +101,57 @@ def test_a_deleted_or_retargeted_pool_gives_its_workload_to_the_workloads_shard(
     gate.forget(PoolObject("ns", "p", "uid-1", 1, {"target": {"name": "other"}}, {}))
     other = workload_shard("ns", "Deployment", "other", SHARDS)
     assert gate.owns_pod(("ns", "Deployment", "other")) == (other == 3)
+
+
+def _observe_touching(replicas: list[ShardGate], bodies: list[dict[str, Any]]) -> None:
+    """What the watch shows each replica with labels per touched shard: the pools touching
+    the shards it serves, and those touching the secondary shards of the pools it serves."""
+    for gate in replicas:
+        touched = {_uid(b): set(touched_shards("ns", b["spec"], SHARDS)) for b in bodies}
+        watched = set(gate.leases.serving)  # type: ignore[attr-defined]
+        for body in bodies:
+            if gate.leases.serves(gate.shard_of_body(body)):
+                watched |= touched[_uid(body)]
+        for body in bodies:
+            if touched[_uid(body)] & watched:
+                gate.observe(body)
+
+
+def _uid(body: dict[str, Any]) -> str:
+    return str(body["metadata"]["uid"])
+
+
+def test_with_roles_across_shards_each_gated_pod_has_exactly_one_owner() -> None:
+    """Pools with roles on two targets of different shards, and plain pools, some on the
+    same targets (the older keeps a target): each workload's gated pods are decided by
+    exactly one replica, the one serving the pool that keeps it, or (none on it) the
+    workload's shard's."""
+    bodies: list[dict[str, Any]] = []
+    for i in range(16):
+        role = {
+            "metadata": {
+                "namespace": "ns",
+                "name": f"role-{i}",
+                "uid": f"uid-role-{i}",
+                "creationTimestamp": f"2024-01-{i + 1:02d}T00:00:00Z",
+            },
+            "spec": {
+                "roles": {
+                    "prefill": {"target": {"name": f"pre-{i}"}},
+                    "decode": {"target": {"name": f"dec-{i}"}},
+                }
+            },
+        }
+        bodies.append(role)
+        if i % 2:  # an older or a younger plain pool on the role pool's second target
+            plain = _pool(f"plain-{i}", f"pre-{i}", f"uid-plain-{i}")
+            day = i - 1 if i % 4 == 1 else i + 2
+            plain["metadata"]["creationTimestamp"] = f"2024-01-{day:02d}T12:00:00Z"
+            bodies.append(plain)
+    replicas = [_gate({0}), _gate({1, 2}), _gate({3})]
+    _observe_touching(replicas, bodies)
+    keys = [("ns", "Deployment", f"{kind}-{i}") for i in range(16) for kind in ("pre", "dec")]
+    keys += [("ns", "Deployment", f"nobody-{i}") for i in range(8)]
+    for key in keys:
+        owners = [g.leases.identity for g in replicas if g.owns_pod(key)]
+        assert len(owners) == 1, (key, owners)
