@@ -1,8 +1,8 @@
 """Which replica decides a gated pod with shards (``ShardGate.owns_pod``): the one serving
 the shard of a pool that scales the pod's workload, else the one serving the workload's
 own shard (which sees every pool on it); a hot standby's pods are their pool's replica's.
-Each gated pod has exactly one owner among the replicas, though each sees only its own
-shards' pools."""
+Each gated pod has exactly one owner among the replicas, though each sees only the pools
+touching its own shards (and the secondary shards of the pools it serves)."""
 
 from __future__ import annotations
 
