@@ -241,6 +241,14 @@ class Metrics:
             ("shard", "replica"),
             registry=r,
         )
+        self.pool_watch_events = Counter(
+            "prescaler_pool_watch_events",
+            "InferencePools this replica decoded from its watches (each listed pool and each"
+            " event): watch is the shard whose pools a stream selects, 'relabel' for the"
+            " stream of pools not yet labelled with their shard, 'all' without shards",
+            ("watch",),
+            registry=r,
+        )
         self.pool_reconciles = Counter(
             "prescaler_pool_reconciles",
             "Reconciles of the pool by this replica since it took the pool's shard over"

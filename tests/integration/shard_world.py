@@ -69,7 +69,7 @@ def create_pools(k: Kube, n: int) -> dict[str, int]:
             "coldStart": {"mode": "fixed", "seconds": 30},
         }
         k.create_pool(name, spec)
-        shards[name] = pool_shard(k.ns, name, spec, SHARDS)
+        shards[name] = pool_shard(k.ns, spec, SHARDS)
     return shards
 
 
@@ -94,12 +94,15 @@ def _samples(port: int) -> list[tuple[str, dict[str, str], float]] | None:
 
 class View:
     """One replica's /metrics, as read once: which pools it serves (pool -> shard, count),
-    when it last reconciled each, and how many shards it serves."""
+    when it last reconciled each, how many shards it serves, and the pools it decoded from
+    each of its watches (a shard's number, or ``relabel``)."""
 
     def __init__(self, samples: list[tuple[str, dict[str, str], float]]) -> None:
         self.served: dict[str, tuple[int, str, float]] = {}
         self.last: dict[str, float] = {}
         self.shards = -1.0
+        self.watched: dict[str, float] = {}
+        self.serving: set[int] = set()
         for name, labels, value in samples:
             if name == "prescaler_pool_reconciles_total":
                 self.served[labels["pool"]] = (int(labels["shard"]), labels["replica"], value)
@@ -107,6 +110,10 @@ class View:
                 self.last[labels["pool"]] = value
             elif name == "prescaler_shards_served":
                 self.shards = value
+            elif name == "prescaler_pool_watch_events_total":
+                self.watched[labels["watch"]] = value
+            elif name == "prescaler_shard_served" and value == 1:
+                self.serving.add(int(labels["shard"]))
 
 
 def view_of(port: int) -> View | None:

@@ -321,8 +321,8 @@ def test_a_gated_pod_nobody_claims_is_released_only_by_its_owner() -> None:
 
     async def scenario() -> None:
         mine, other = setup(unclaimed_seconds=0), setup(unclaimed_seconds=0)
-        mine.prewarmer.owns_unclaimed = lambda key: key == ("ns", "Deployment", "orphan")
-        other.prewarmer.owns_unclaimed = lambda key: False
+        mine.prewarmer.owns_unclaimed = lambda key, _: key == ("ns", "Deployment", "orphan")
+        other.prewarmer.owns_unclaimed = lambda key, _: False
         for s in (mine, other):
             s.prewarmer.observe(None, pod(1, deployment="orphan"))
             await s.round()

@@ -1,8 +1,11 @@
-"""Shard assignment (``prescaler.sharding``): a stable hash of the demand series, fair
-quotas that sum to the shard count, and rebalancing moves. Pure, no I/O."""
+"""Shard assignment (``prescaler.sharding``): a stable hash of a pool's primary target,
+the label that names it and the selectors that watch it, and rebalancing moves. Pure, no
+I/O."""
 
 from __future__ import annotations
 
+import itertools
+import json
 import subprocess
 import sys
 from collections import Counter
@@ -11,53 +14,74 @@ from typing import Any
 import pytest
 
 from prescaler.sharding import (
+    PRIMARY,
+    SECONDARY,
     Moves,
     balance,
+    label_patch,
+    labelled_shard,
+    labelled_shards,
     lease_names,
+    parse_shard_key,
     pool_shard,
-    series_key,
+    primary_target,
+    relabel_selector,
+    shard_key,
+    shard_labels,
     shard_of,
+    shard_selector,
+    touched_shards,
+    valid_label_key,
+    workload_key,
+    workload_shard,
 )
 
 
-def _spec(url: str = "http://prom:9090", selector: str = 'model="a"', **forecast: Any) -> Any:
+def _spec(target: str = "llm", selector: str = 'model="a"', **extra: Any) -> Any:
     return {
-        "target": {"name": "llm"},
-        "forecast": {"prometheus": {"url": url}, "selector": selector, **forecast},
+        "target": {"name": target},
+        "forecast": {"prometheus": {"url": "http://prom:9090"}, "selector": selector},
+        **extra,
     }
 
 
-def test_pools_reading_one_series_share_a_shard_whatever_else_differs() -> None:
+def test_pools_on_one_target_share_a_shard_whatever_else_differs() -> None:
     a = {**_spec(), "minReplicas": 1, "model": {"preset": "llama-3.1-8b"}}
-    b = {**_spec(url="http://prom:9090/"), "maxReplicas": 40}
-    assert series_key("ns1", "a", a) == series_key("ns2", "b", b)
+    b = {**_spec(selector='model="other"'), "maxReplicas": 40}
     for shards in (1, 2, 3, 7, 64):
-        assert pool_shard("ns1", "a", a, shards) == pool_shard("ns2", "b", b, shards)
+        assert pool_shard("ns", a, shards) == pool_shard("ns", b, shards)
+        # ... and the workload's own shard is theirs: its gated pods go to that replica.
+        assert pool_shard("ns", a, shards) == workload_shard("ns", "Deployment", "llm", shards)
 
 
-def test_another_series_is_another_key() -> None:
-    base = series_key("ns", "a", _spec())
-    assert series_key("ns", "a", _spec(selector='model="b"')) != base
-    assert series_key("ns", "a", _spec(url="http://other:9090")) != base
-    assert series_key("ns", "a", _spec(engine="sglang")) != base
-    overridden = _spec(queries={"requestsPerSecond": "sum(rate(x[1m]))"})
-    assert series_key("ns", "a", overridden) != base
-    # Without a forecast, a pool is its own series.
-    assert series_key("ns", "a", {"target": {"name": "x"}}) != series_key(
-        "ns", "b", {"target": {"name": "x"}}
-    )
+def test_another_target_or_namespace_is_another_key() -> None:
+    base = primary_target("ns", _spec())
+    assert base == ("ns", "Deployment", "llm")
+    assert primary_target("ns", _spec(target="other")) != base
+    assert primary_target("other", _spec()) != base
+    sts = {"target": {"kind": "StatefulSet", "name": "llm"}}
+    assert primary_target("ns", sts) == ("ns", "StatefulSet", "llm")
+
+
+def test_a_pool_with_roles_is_on_the_shard_of_its_first_role_target() -> None:
+    spec = {
+        "roles": {
+            "prefill": {"target": {"name": "llm-prefill"}},
+            "decode": {"target": {"name": "llm-decode"}},
+        }
+    }
+    assert primary_target("ns", spec) == ("ns", "Deployment", "llm-decode")
+    assert pool_shard("ns", spec, 16) == workload_shard("ns", "Deployment", "llm-decode", 16)
 
 
 def test_the_shard_is_the_same_in_another_process() -> None:
     """Not Python's salted ``hash``: every replica must compute the same shard."""
-    keys = [series_key("ns", f"p{i}", {}) for i in range(20)]
+    keys = [workload_key("ns", "Deployment", f"p{i}") for i in range(20)]
     here = [shard_of(k, 7) for k in keys]
     code = (
         "import json,sys; from prescaler.sharding import shard_of; "
         "print(json.dumps([shard_of(k, 7) for k in json.load(sys.stdin)]))"
     )
-    import json
-
     out = subprocess.run(
         [sys.executable, "-c", code],
         input=json.dumps(keys),
@@ -70,9 +94,171 @@ def test_the_shard_is_the_same_in_another_process() -> None:
 
 
 def test_shards_spread_pools_evenly() -> None:
-    counts = Counter(pool_shard("ns", f"p{i}", {}, 8) for i in range(8000))
+    counts = Counter(pool_shard("ns", {"target": {"name": f"p{i}"}}, 8) for i in range(8000))
     assert set(counts) == set(range(8))
     assert max(counts.values()) < 1.1 * 1000
+
+
+def _roles(*targets: str) -> dict[str, Any]:
+    return {"roles": {f"r{i}": {"target": {"name": t}} for i, t in enumerate(targets)}}
+
+
+def _on(shard: int, shards: int, avoid: set[str] = set()) -> str:  # noqa: B006 (read only)
+    return next(
+        name
+        for name in (f"t{i}" for i in itertools.count())
+        if name not in avoid and workload_shard("ns", "Deployment", name, shards) == shard
+    )
+
+
+def test_a_pool_touches_its_targets_shards_and_is_served_on_its_first() -> None:
+    assert touched_shards("ns", _spec(), 6) == {pool_shard("ns", _spec(), 6): PRIMARY}
+    first, second = _on(1, 6), _on(4, 6)
+    first, second = sorted([first, second])
+    spec = _roles(second, first)
+    home = pool_shard("ns", spec, 6)
+    assert home == workload_shard("ns", "Deployment", first, 6)
+    other = workload_shard("ns", "Deployment", second, 6)
+    assert touched_shards("ns", spec, 6) == {home: PRIMARY, other: SECONDARY}
+    # Role targets on one shard: that shard only, as primary.
+    one = _on(1, 6)
+    assert touched_shards("ns", _roles(one, _on(1, 6, {one})), 6) == {1: PRIMARY}
+
+
+def test_the_labels_name_each_touched_shard_and_the_count() -> None:
+    assert shard_key(3, 6) == "prescaler.io/shard-3-of-6"
+    assert parse_shard_key("prescaler.io/shard-3-of-6") == (3, 6)
+    plain = {"target": {"name": _on(3, 6)}}
+    assert shard_labels("ns", plain, 6) == {"prescaler.io/shard-3-of-6": PRIMARY}
+    spec = _roles(*sorted([_on(2, 6), _on(5, 6)]))
+    home = pool_shard("ns", spec, 6)
+    want = {
+        shard_key(s, 6): PRIMARY if s == home else SECONDARY for s in touched_shards("ns", spec, 6)
+    }
+    assert shard_labels("ns", spec, 6) == want
+    assert len(want) == 2
+    assert labelled_shard(want, 6) == home
+    assert labelled_shards(want, 6) == dict(touched_shards("ns", spec, 6).items())
+
+
+@pytest.mark.parametrize("shards", [1, 6, 64, 1024])
+def test_every_shard_key_is_a_valid_label_key(shards: int) -> None:
+    for shard in {0, shards // 2, shards - 1}:
+        key = shard_key(shard, shards)
+        assert valid_label_key(key)
+        assert len(key.partition("/")[2]) <= 63
+    with pytest.raises(ValueError, match="no shard"):
+        shard_key(shards, shards)
+
+
+@pytest.mark.parametrize(
+    ("key", "valid"),
+    [
+        ("prescaler.io/shard-0-of-1", True),
+        ("app", True),
+        ("a" * 63, True),
+        ("a" * 64, False),
+        ("prescaler.io/" + "a" * 64, False),
+        ("prescaler.io/-shard", False),
+        ("prescaler.io/shard-", False),
+        ("Prescaler.io/shard", False),
+        ("prescaler.io/", False),
+        ("prescaler.io/sh@rd", False),
+    ],
+)
+def test_label_key_validity_is_the_api_servers(key: str, valid: bool) -> None:
+    assert valid_label_key(key) is valid
+
+
+@pytest.mark.parametrize(
+    "labels",
+    [
+        None,
+        {},
+        {"app": "x"},
+        {"prescaler.io/shard-3-of-5": PRIMARY},  # another shard count
+        {"prescaler.io/shard-6-of-6": PRIMARY},  # no such shard
+        {"prescaler.io/shard-03-of-6": PRIMARY},
+        {"prescaler.io/shard-3-of-6": SECONDARY},  # no primary
+        {"prescaler.io/shard-3-of-6": ""},
+        {"prescaler.io/shard-3-of-6": PRIMARY, "prescaler.io/shard-4-of-6": PRIMARY},
+    ],
+)
+def test_labels_of_no_single_primary_of_this_count_name_none(
+    labels: dict[str, str] | None,
+) -> None:
+    assert labelled_shard(labels, 6) is None
+
+
+def test_the_patch_sets_what_the_spec_says_and_removes_the_rest() -> None:
+    spec = _roles(*sorted([_on(0, 4), _on(3, 4)]))
+    want = shard_labels("ns", spec, 4)
+    assert label_patch(want, "ns", spec, 4) is None
+    assert label_patch({**want, "app": "x"}, "ns", spec, 4) is None
+    assert label_patch(None, "ns", spec, 4) == {"metadata": {"labels": want}}
+    stale = {
+        "app": "x",
+        "prescaler.io/shard-1-of-3": PRIMARY,  # another count
+        "prescaler.io/shard-2-of-4": SECONDARY,  # a target it no longer has
+        **dict.fromkeys(want, PRIMARY),  # one value wrong
+    }
+    patch = label_patch(stale, "ns", spec, 4)
+    assert patch is not None
+    changed = patch["metadata"]["labels"]
+    assert changed == {
+        **{k: v for k, v in want.items() if v != PRIMARY},
+        "prescaler.io/shard-1-of-3": None,
+        "prescaler.io/shard-2-of-4": None,
+    }
+    # Applied as a merge patch, the labels are what the spec says.
+    after = {k: v for k, v in {**stale, **changed}.items() if v is not None}
+    assert label_patch(after, "ns", spec, 4) is None
+
+
+def _matches(selector: str, labels: dict[str, str]) -> bool:
+    """The API server's reading of the selector forms used here: comma-separated
+    requirements, each ``key`` (exists) or ``key notin (values)``."""
+    for requirement in selector.split(","):
+        key, _, rest = requirement.partition(" notin ")
+        if rest:
+            if labels.get(key) in rest.strip("()").split(" "):
+                return False
+        elif key not in labels:
+            return False
+    return True
+
+
+@pytest.mark.parametrize("shards", [1, 2, 6, 16])
+def test_each_pool_is_in_the_watch_of_every_shard_it_touches_or_the_relabel_one(
+    shards: int,
+) -> None:
+    """A pool labelled for this count is in the watch of each shard it touches, and of no
+    other; one that no label names a primary of (none, another count, a bad value) is in
+    the relabel watch: none is lost."""
+    specs = [{"target": {"name": f"p{i}"}} for i in range(8)]
+    specs += [_roles(f"p{i}", f"q{i}", f"r{i}") for i in range(8)]
+    selectors = [shard_selector(i, shards) for i in range(shards)]
+    relabel = relabel_selector(shards)
+    for spec in specs:
+        labels = shard_labels("ns", spec, shards)
+        hits = {i for i, sel in enumerate(selectors) if _matches(sel, labels)}
+        assert hits == set(touched_shards("ns", spec, shards))
+        assert not _matches(relabel, labels)
+    for labels in (
+        {},
+        {"app": "x"},
+        {shard_key(0, shards + 1): PRIMARY},
+        {shard_key(0, shards): SECONDARY},
+        {shard_key(0, shards): "x"},
+    ):
+        assert _matches(relabel, labels), labels
+
+
+def test_the_selectors_are_what_the_api_server_reads() -> None:
+    assert shard_selector(2, 6) == "prescaler.io/shard-2-of-6"
+    assert relabel_selector(2) == (
+        "prescaler.io/shard-0-of-2 notin (primary),prescaler.io/shard-1-of-2 notin (primary)"
+    )
 
 
 def _settle(

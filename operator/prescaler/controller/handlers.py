@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import kopf
@@ -18,12 +18,19 @@ from prescaler.controller.model import (
     target_claims,
     target_owner,
 )
+from prescaler.controller.watch import Leave, ShardWatch, StreamFactory
 from prescaler.kube import KubeError
 
 if TYPE_CHECKING:
     from prescaler.controller.prewarm import Prewarmer
     from prescaler.controller.reconcile import Reconciler
     from prescaler.controller.shards import ShardGate
+
+Claims = Mapping[Any, Collection[TargetClaim]]
+"""Target -> the claims of the pools on it: kopf's index of every pool, or (with shards)
+the watch's of the pools of the shards served here (all the pools on their targets)."""
+Seen = tuple[Mapping[str, Any], Claims]
+"""What a pool's loop ticks with: its latest body and the claims on its targets."""
 
 
 log = logging.getLogger("prescaler.handlers")
@@ -47,7 +54,7 @@ def _pool(kwargs: dict[str, Any], superseded_by: str | None = None) -> PoolObjec
     )
 
 
-def _key(body: kopf.Body) -> str:
+def _key(body: Mapping[str, Any]) -> str:
     """A pool's loop key: namespace, name and uid (a pool recreated under its name is
     another loop)."""
     meta = body["metadata"]
@@ -83,13 +90,18 @@ def register(
     namespaces: Sequence[str] = (),
     prewarmer: Prewarmer | None = None,
     shards: ShardGate | None = None,
+    streams: StreamFactory | None = None,
 ) -> None:
     """Register the handlers of one operator run on ``registry``: ``reconciler`` serves
     every pool once per ``interval`` seconds, while ``is_leader()`` (if given) says this
     replica holds the leader Lease, or (with ``shards``) while it holds the pool's shard;
     otherwise the replica only watches. ``namespaces`` are
     the watched names or kopf patterns (empty: cluster-wide). ``prewarmer`` (if given)
-    sees every pod event in them: it decides which pods to warm, and acts if leader."""
+    sees every pod event in them: it decides which pods to warm, and acts if leader.
+
+    With ``shards`` and ``streams``, the pools are not watched by kopf but by a
+    :class:`~prescaler.controller.watch.ShardWatch` over ``streams``: only those of the
+    shards this replica serves, selected by label on the API server."""
 
     @kopf.on.login(registry=registry)
     def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
@@ -101,20 +113,15 @@ def register(
     def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
         configure_kopf(settings, namespaces)
 
-    # Which pools claim which target, kept from the watch stream (no extra API calls).
-    # The id names the kwarg the index arrives as (a nested function's default is its qualname).
-    @kopf.index(GROUP, VERSION, PLURAL, registry=registry, id="pools_by_target")
-    def pools_by_target(body: kopf.Body, **_: Any) -> dict[Any, TargetClaim]:
-        keys, claim = target_claims(body)
-        return dict.fromkeys(keys, claim)
-
     # Each pool's own reconcile loop (controller/loops.py), fed by raw watch events. Not a
     # kopf timer: kopf puts a finalizer on every object a timer serves, so a pool, or its
     # namespace, could not be deleted while no operator ran.
-    async def reconcile(seen: tuple[kopf.Body, kopf.Index[Any, TargetClaim]]) -> None:
+    async def reconcile(seen: Seen) -> None:
         body, claims = seen
         if is_leader is not None and not is_leader():
             return  # a standby replica: no reads, no writes
+        if watch is not None and not watch.ready(body):
+            return  # a shard it touches is not listed yet: claims on its targets unknown
         keys, me = target_claims(body)
         owner = next(
             (o for key in keys if (o := target_owner(me, claims.get(key, []))) is not None), None
@@ -132,7 +139,7 @@ def register(
             loops.discard(_key(body))
             gone(seen)
 
-    def gone(seen: tuple[kopf.Body, kopf.Index[Any, TargetClaim]]) -> None:
+    def gone(seen: Seen) -> None:
         pool = _pool({"body": seen[0]})
         reconciler.forget(pool)
         if shards is not None:
@@ -141,9 +148,7 @@ def register(
     async def list_uids(namespace: str | None) -> set[str]:
         return await reconciler.kube.list_custom_object_uids(GROUP, VERSION, PLURAL, namespace)
 
-    loops: Loops[tuple[kopf.Body, kopf.Index[Any, TargetClaim]]] = Loops(
-        interval, reconcile, name="reconcile of pool", expected=(KubeError,)
-    )
+    loops: Loops[Seen] = Loops(interval, reconcile, name="reconcile of pool", expected=(KubeError,))
     # A pool deleted while the watch was down sends no DELETED event: after a relist, the
     # loops of pools the API server no longer has end.
     sweep = Sweep(
@@ -153,33 +158,56 @@ def register(
         list_uids=list_uids,
         gone=gone,
     )
-    if shards is not None:
-        gate = shards
+    watch: ShardWatch | None = None
+    if shards is not None and streams is not None:
+        watch = _shard_watch(shards, reconciler, loops, interval, namespaces, streams)
 
-        def taken_over(gained: frozenset[int]) -> None:
-            # Spread a little: a shard's pools do not all tick at once.
-            spread = min(interval / 8, KICK_SPREAD_SECONDS)
-            loops.kick(lambda seen: gate.shard_of_body(seen[0]) in gained, within=spread)
+        @kopf.on.startup(registry=registry)
+        async def watch_shards(**_: Any) -> None:  # on the event loop: streams hand to it
+            if watch is not None:
+                watch.start()
 
-        gate.on_gained = taken_over
+    else:
+        if shards is not None:
+            gate = shards
 
-    # A raw watch event, not on.delete: no finalizer, diffbase or progress annotations.
-    @kopf.on.event(GROUP, VERSION, PLURAL, registry=registry)
-    async def follow(type: str | None, body: kopf.Body, **kwargs: Any) -> None:
-        key = _key(body)
-        if type is None and key in loops:  # a relist (after a watch gap), not the first
-            sweep.listed()
-        if type != "DELETED" and not body["metadata"].get("deletionTimestamp"):
-            loops.feed(key, (body, kwargs["pools_by_target"]))
-            if shards is not None:
-                shards.observe(body)  # what each shard weighs
-            return
-        await loops.stop(key)  # after its running reconcile, if one runs
-        if type == "DELETED":
-            gone((body, kwargs["pools_by_target"]))
+            def taken_over(gained: frozenset[int]) -> None:
+                # Spread a little: a shard's pools do not all tick at once.
+                spread = min(interval / 8, KICK_SPREAD_SECONDS)
+                loops.kick(lambda seen: gate.shard_of_body(seen[0]) in gained, within=spread)
+
+            gate.on_gained = taken_over
+
+        # Which pools claim which target, kept from the watch stream (no extra API calls).
+        # The id names the kwarg the index arrives as (a nested function's default is its
+        # qualname).
+        @kopf.index(GROUP, VERSION, PLURAL, registry=registry, id="pools_by_target")
+        def pools_by_target(body: kopf.Body, **_: Any) -> dict[Any, TargetClaim]:
+            keys, claim = target_claims(body)
+            return dict.fromkeys(keys, claim)
+
+        events = reconciler.metrics.pool_watch_events.labels("all")
+
+        # A raw watch event, not on.delete: no finalizer, diffbase or progress annotations.
+        @kopf.on.event(GROUP, VERSION, PLURAL, registry=registry)
+        async def follow(type: str | None, body: kopf.Body, **kwargs: Any) -> None:
+            events.inc()
+            key = _key(body)
+            if type is None and key in loops:  # a relist (after a watch gap), not the first
+                sweep.listed()
+            if type != "DELETED" and not body["metadata"].get("deletionTimestamp"):
+                loops.feed(key, (body, kwargs["pools_by_target"]))
+                if shards is not None:
+                    shards.observe(body)  # which workloads its pool scales
+                return
+            await loops.stop(key)  # after its running reconcile, if one runs
+            if type == "DELETED":
+                gone((body, kwargs["pools_by_target"]))
 
     @kopf.on.cleanup(registry=registry)
     async def stop_loops(**_: Any) -> None:
+        if watch is not None:
+            await watch.close()
         await sweep.close()
         await loops.close()
         if shards is not None:
@@ -192,3 +220,49 @@ def register(
         @kopf.on.event("v1", "pods", registry=registry)
         async def pods(type: str | None, body: kopf.Body, **_: Any) -> None:
             prewarmer.observe(type, body)
+
+
+def _shard_watch(
+    gate: ShardGate,
+    reconciler: Reconciler,
+    loops: Loops[Seen],
+    interval: float,
+    namespaces: Sequence[str],
+    streams: StreamFactory,
+) -> ShardWatch:
+    """The pools of the shards this replica serves, fed to their loops."""
+    # The pools of a shard just taken over tick soon, but not all at once.
+    spread = min(interval / 8, KICK_SPREAD_SECONDS)
+
+    def on_pool(body: Mapping[str, Any], soon: bool) -> None:
+        loops.feed(_key(body), (body, watch.claims), within=spread if soon else None)
+
+    async def on_leave(body: Mapping[str, Any], why: Leave) -> None:
+        # What the replica knows of the pool's targets and workloads (claims, gated pods)
+        # is the watch's to keep: it may still see the pool on another shard.
+        key = _key(body)
+        if why != "terminating" and watch.serves_uid(str(body["metadata"]["uid"])):
+            return  # its primary moved to another shard served here, which feeds it now
+        if why == "unserved":
+            # The shard's hand-over (ShardGate.release or .lost) writes or drops what its
+            # pools kept; a reconcile running now is waited for there.
+            loops.discard(key)
+            return
+        await loops.stop(key)  # after its running reconcile, if one runs
+        if why != "terminating":
+            pool = _pool({"body": body})
+            reconciler.forget(pool)
+            gate.drop(pool)
+
+    watch = ShardWatch(
+        gate,
+        reconciler.kube,
+        reconciler.metrics,
+        streams,
+        on_pool=on_pool,
+        on_leave=on_leave,
+        namespaces=namespaces,
+    )
+    gate.on_serving = watch.follow
+    gate.leases.pools = watch.pools
+    return watch

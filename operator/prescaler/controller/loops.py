@@ -41,6 +41,7 @@ class _Loop(Generic[T]):
     stopped: bool = False
     wake: asyncio.Event | None = None
     kick_delay: float = 0.0
+    first_within: float | None = None
 
 
 class Loops(Generic[T]):
@@ -84,8 +85,9 @@ class Loops(Generic[T]):
     def __len__(self) -> int:
         return len(self._loops)
 
-    def feed(self, key: str, value: T) -> None:
-        """Keep ``value`` for ``key``'s next tick; start the key's loop if none runs.
+    def feed(self, key: str, value: T, within: float | None = None) -> None:
+        """Keep ``value`` for ``key``'s next tick; start the key's loop if none runs, its
+        first tick within ``within`` seconds if given (else within the interval).
         Ignored once :meth:`close` was called."""
         if self._closed:
             return
@@ -93,7 +95,7 @@ class Loops(Generic[T]):
         if loop is not None:
             loop.value = value
             return
-        loop = _Loop(value)
+        loop = _Loop(value, first_within=within)
         self._loops[key] = loop
         task = asyncio.create_task(self._run(key, loop), name=f"{self._name} {key}")
         loop.task = task
@@ -175,7 +177,8 @@ class Loops(Generic[T]):
         return start + periods * self.interval
 
     async def _run(self, key: str, loop: _Loop[T]) -> None:
-        start = self._clock() + self._spread(self.interval)
+        first = self.interval if loop.first_within is None else loop.first_within
+        start = self._clock() + (self._spread(first) if first > 0 else 0.0)
         due = start
         while True:
             delay = due - self._clock()

@@ -108,10 +108,13 @@ class Prewarmer:
         self.config_map_seconds = config_map_seconds
         self.tick_seconds = tick_seconds
         self.is_leader = is_leader
-        self.owns_unclaimed: Callable[[tuple[str, str, str] | None], bool] = lambda _: True
+        self.owns_unclaimed: Callable[[tuple[str, str, str] | None, Mapping[str, str]], bool] = (
+            lambda _key, _labels: True
+        )
         """Whether this replica decides a gated pod of that workload that no pool of its
-        own claims (with shards: the replica serving the pool that scales it, else one
-        sweeper replica; see ``ShardGate.owns_pod``), and so releases it after the grace."""
+        own claims, given the pod's labels (with shards: the replica serving the pool that
+        scales it, else the one serving the workload's shard; see ``ShardGate.owns_pod``),
+        and so releases it after the grace."""
         self.clock = clock
         self._warm = warm
         self._pods: dict[str, _Tracked] = {}
@@ -309,7 +312,7 @@ class Prewarmer:
             pod = tracked.pod
             published = self._claims.get(pod.key) if pod.key is not None else None
             claim = published.claim if published is not None else None
-            if claim is None and not self.owns_unclaimed(pod.key):
+            if claim is None and not self.owns_unclaimed(pod.key, pod.labels):
                 continue  # another replica's: its pool's, or the sweeper's
             if tracked.unwritten is not None:
                 self._spawn(pod, published, None, tracked.unwritten)

@@ -12,13 +12,16 @@ import logging
 import socket
 import threading
 import uuid
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
 import kopf
 from grpc import aio
+from kubernetes import client
 
+from prescaler.api import GROUP, PLURAL, VERSION
 from prescaler.controller import handlers
 from prescaler.controller.calibrate import HistoryCalibrator
 from prescaler.controller.fits import FitProcesses
@@ -26,10 +29,14 @@ from prescaler.controller.forecast import ForecastHub
 from prescaler.controller.prewarm import Prewarmer
 from prescaler.controller.reconcile import Reconciler
 from prescaler.controller.shards import ShardGate
+from prescaler.controller.watch import Stream, StreamFactory
 from prescaler.kube import (
+    Event,
     KubeClient,
     LeaseElector,
     LeaseTimings,
+    Listed,
+    ObjectStream,
     ShardLeases,
     lease_threads,
     load_api_client,
@@ -177,6 +184,7 @@ async def operate(
             prewarmer.is_leader = lambda: bool(serving())
             prewarmer.owns_unclaimed = gate.owns_pod
         prewarmer.start()
+    streams = pool_streams(settings, gate)
     registry = kopf.OperatorRegistry()
     handlers.register(
         registry,
@@ -186,6 +194,7 @@ async def operate(
         namespaces=settings.watch.namespaces,
         prewarmer=prewarmer,
         shards=gate,
+        streams=streams[0] if streams is not None else None,
     )
     if scaler is not None:
         server = scaler[0]
@@ -216,6 +225,8 @@ async def operate(
             election_stop.set()  # ends the loop, which releases the Lease(s)
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(election, timeout=10)
+        if streams is not None:
+            streams[1].close()  # type: ignore[no-untyped-call]
         runtime.close()
         # kopf has closed its aiohttp sessions, but their TLS transports finish closing only
         # in later turns of the loop; ending the loop at once leaves them unclosed (aiohttp's
@@ -294,6 +305,25 @@ def shard_gate(settings: OperatorSettings, runtime: Runtime) -> ShardGate | None
 
         leases.on_change = kick
     return gate
+
+
+def pool_streams(
+    settings: OperatorSettings, gate: ShardGate | None
+) -> tuple[StreamFactory, client.ApiClient] | None:
+    """With shards, what opens the pools' watch streams (:class:`ObjectStream`), over a
+    client of their own (a watch holds its connection), and that client to close."""
+    if gate is None:
+        return None
+    names = settings.watch.namespaces
+    streams = (gate.leases.shards + 1) * max(1, len(names))
+    api = load_api_client(settings.reconcile.kubeconfig, pool_size=min(64, streams))
+
+    def open_stream(
+        namespace: str | None, selector: str, deliver: Callable[[Listed | Event], None]
+    ) -> Stream:
+        return ObjectStream(api, GROUP, VERSION, PLURAL, namespace, selector, deliver)
+
+    return open_stream, api
 
 
 def leader_elector(settings: OperatorSettings, runtime: Runtime) -> LeaseElector | None:

@@ -9,11 +9,23 @@ lost (its renewal was late), they are dropped: its new holder may already act. E
 the pools' caches and metric series go, so each pool shows up on one replica's
 ``/metrics`` only.
 
-A pod that carries the prewarm readiness gate has one owner among the replicas
-(:meth:`ShardGate.owns_pod`): the replica serving the shard of a pool that scales its
-workload (it warms the pod, or releases it when the pool does not warm), else, when no
-pool scales it, the replica serving shard :data:`SWEEPER_SHARD`, which releases it after
-the grace period as an operator without shards does.
+A replica sees only the pools that touch the shards it watches (those it serves, and the
+secondary shards of the pools it serves: :mod:`prescaler.controller.watch` watches them
+by label), so what needs every pool of a target is kept local by the labels:
+
+- which of two pools on one target keeps it: both carry the target's shard label, so
+  the replica serving that shard sees both, and so does the replica serving either
+  pool (it watches every shard its pool touches);
+- a pod that carries the prewarm readiness gate has one owner among the replicas
+  (:meth:`ShardGate.owns_pod`): the replica serving the pool that keeps the pod's
+  workload (it warms the pod, or releases it when the pool does not warm), else the
+  replica serving the workload's own shard (:func:`prescaler.sharding.workload_shard`),
+  which sees every pool on it: when none scales it, it releases the pod after the grace
+  period as an operator without shards does. A hot standby's pods are their pool's
+  replica's only; a pod of no workload is the replica's serving shard
+  :data:`SWEEPER_SHARD`;
+- what each shard weighs (its pools) is counted by its holder, which writes it on the
+  shard's Lease for the others (:class:`prescaler.kube.ShardLeases`).
 """
 
 from __future__ import annotations
@@ -24,14 +36,14 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from prescaler.api import ServedByStatus
-from prescaler.controller.model import PoolObject, target_claims
+from prescaler.controller.model import PoolObject, TargetClaim, target_claims
 from prescaler.controller.reconcile import Reconciler
-from prescaler.kube import ROLE_HOT, ShardLeases, object_name
+from prescaler.kube import ROLE_HOT, ROLE_LABEL, ShardLeases, object_name
 from prescaler.metrics import Metrics
-from prescaler.sharding import pool_shard
+from prescaler.sharding import pool_shard, workload_shard
 
 SWEEPER_SHARD = 0
-"""The shard whose replica releases gated pods that no pool scales."""
+"""The shard whose replica releases gated pods of no workload."""
 
 WorkloadKey = tuple[str, str, str]
 """``(namespace, kind, name)`` of a workload."""
@@ -59,11 +71,14 @@ class ShardGate:
     on_gained: Callable[[frozenset[int]], None] = lambda _: None
     """Called with the shards just taken over (their pools' loops tick at once, so a
     pool waits for its new replica no longer than the handover)."""
+    on_serving: Callable[[frozenset[int]], None] = lambda _: None
+    """Called with the shards served whenever that set changes (the watch follows it)."""
     _serving: frozenset[int] = frozenset()
     _seen: dict[str, int] = field(default_factory=dict)
-    """Every pool watched (served here or not), by uid, with its shard: the weights."""
-    _workloads: dict[WorkloadKey, dict[str, int]] = field(default_factory=dict)
-    """Every watched pool's workloads (:func:`workload_keys`): pool uid -> its shard."""
+    """Every pool watched (those of the shards served here), by uid, with its shard."""
+    _workloads: dict[WorkloadKey, dict[str, tuple[int, TargetClaim]]] = field(default_factory=dict)
+    """Every watched pool's workloads (:func:`workload_keys`): pool uid -> its shard and
+    its claim."""
     _keys: dict[str, tuple[WorkloadKey, ...]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -71,17 +86,17 @@ class ShardGate:
         self.leases.on_release = self.release
         self.leases.on_lost = self.lost
         self.leases.on_change = self.changed
-        self.leases.weights = self.weights
         self.reconciler.serving = self.still_serves
 
     def observe(self, body: Mapping[str, Any]) -> None:
-        """A pool seen on the watch (every replica sees every pool)."""
+        """A pool seen on the watch of a shard served here."""
         uid = body["metadata"]["uid"]
         shard = self._seen[uid] = self.shard_of_body(body)
         self._unmap(uid)
         keys = self._keys[uid] = workload_keys(body)
+        _, claim = target_claims(body)
         for key in keys:
-            self._workloads.setdefault(key, {})[uid] = shard
+            self._workloads.setdefault(key, {})[uid] = (shard, claim)
 
     def _unmap(self, uid: str) -> None:
         for key in self._keys.pop(uid, ()):
@@ -90,21 +105,25 @@ class ShardGate:
             if not owners:
                 self._workloads.pop(key, None)
 
-    def owns_pod(self, key: WorkloadKey | None) -> bool:
+    def owns_pod(self, key: WorkloadKey | None, labels: Mapping[str, str] | None = None) -> bool:
         """Whether this replica decides a gated pod of workload ``key`` that no pool of
-        its own has claimed for warming: it serves a pool scaling that workload, or no
-        pool scales it and this replica serves :data:`SWEEPER_SHARD`."""
+        its own has claimed for warming: it serves the pool that keeps that workload
+        among those it sees (the oldest that is not Invalid for a reason of its own, as
+        :func:`~prescaler.controller.model.target_owner` picks), or it sees none and
+        serves the workload's shard (whose watch holds every pool on it, primary or
+        secondary). A replica that serves the pool that keeps it sees every pool on it
+        too (it watches the pool's secondary shards), so two replicas never both decide.
+        A hot standby's pod (``labels``) is only its pool's replica's, which claims it; a
+        pod of no workload is :data:`SWEEPER_SHARD`'s."""
         owners = self._workloads.get(key) if key is not None else None
         if owners:
-            return any(self.leases.serves(shard) for shard in owners.values())
-        return self.leases.serves(SWEEPER_SHARD)
-
-    def weights(self) -> list[float]:
-        """What each shard weighs in the balance: its pools, plus one."""
-        counts = [1.0] * self.leases.shards
-        for shard in self._seen.values():
-            counts[shard] += 1.0
-        return counts
+            claims = sorted(owners.values(), key=lambda o: (o[1].blocked, o[1]))
+            return self.leases.serves(claims[0][0])
+        if key is None:
+            return self.leases.serves(SWEEPER_SHARD)
+        if (labels or {}).get(ROLE_LABEL) == ROLE_HOT:
+            return False  # its pool is on another replica's shard, which claims it
+        return self.leases.serves(workload_shard(*key, self.leases.shards))
 
     def still_serves(self, pool: PoolObject) -> bool:
         """The reconciler's check before it writes: the shard the reconcile started on is
@@ -112,7 +131,7 @@ class ShardGate:
         return pool.served_by is None or self.leases.serves(pool.served_by.shard)
 
     def shard(self, namespace: str, name: str, spec: Any) -> int:
-        return pool_shard(namespace, name, spec or {}, self.leases.shards)
+        return pool_shard(namespace, spec or {}, self.leases.shards)
 
     def shard_of_body(self, body: Mapping[str, Any]) -> int:
         meta = body["metadata"]
@@ -159,13 +178,24 @@ class ShardGate:
             self._drop(uid)
 
     def forget(self, pool: PoolObject) -> None:
-        """A deleted pool."""
+        """A deleted pool, or one whose shard is another's now."""
+        self.drop(pool)
+        self.unwatch(pool.uid)
+
+    def drop(self, pool: PoolObject) -> None:
+        """A pool no longer served here, which the watch may still see (it touches
+        another shard watched here): its workloads stay mapped until :meth:`unwatch`."""
         self._pools.pop(pool.uid, None)
-        self._seen.pop(pool.uid, None)
-        self._unmap(pool.uid)
+
+    def unwatch(self, uid: str) -> None:
+        """A pool no longer watched here (its shard is no longer served here): what the
+        shard's hand-over writes or drops for it stays until then."""
+        self._seen.pop(uid, None)
+        self._unmap(uid)
 
     def changed(self, serving: frozenset[int]) -> None:
         gained, self._serving = serving - self._serving, serving
+        self.on_serving(serving)
         if gained:
             self.on_gained(gained)
         self.metrics.shards_served.set(len(serving))

@@ -1,5 +1,8 @@
 """Kubernetes adapter: scale targets, HPA floors, standby objects, pod starts, Events.
 
+Pools are watched by kopf, or with shards by :class:`ObjectStream` (a server-side label
+selector per shard served).
+
 Errors::
 
     KubeError        an API call failed (``.status`` is the HTTP status)
@@ -54,6 +57,7 @@ from prescaler.kube._types import (
     StandbyObservation,
     Workload,
 )
+from prescaler.kube._watch import Event, Listed, ObjectStream
 
 __all__ = [
     "DELETION_COST_ANNOTATION",
@@ -69,6 +73,7 @@ __all__ = [
     "ROLE_PRE_PULL",
     "ROLE_PROMOTED",
     "SCALED_OBJECTS",
+    "Event",
     "FieldWriter",
     "Hpa",
     "KubeApi",
@@ -76,8 +81,10 @@ __all__ = [
     "KubeError",
     "LeaseElector",
     "LeaseTimings",
+    "Listed",
     "NotFound",
     "ObjectRef",
+    "ObjectStream",
     "PodStart",
     "ScaledObject",
     "ShardLeases",

@@ -262,6 +262,15 @@ class KubeApi(Protocol):
         name: str,
         status: dict[str, Any],
     ) -> None: ...
+    async def patch_custom_object(
+        self,
+        group: str,
+        version: str,
+        plural: str,
+        namespace: str,
+        name: str,
+        patch: dict[str, Any],
+    ) -> None: ...
     async def patch_status_ops(
         self,
         group: str,
@@ -494,6 +503,30 @@ class KubeClient:
             plural,
             name,
             {"status": status},
+            _content_type=MERGE_PATCH,
+            field_manager=FIELD_MANAGER,
+            conflicts=True,
+        )
+
+    async def patch_custom_object(
+        self,
+        group: str,
+        version: str,
+        plural: str,
+        namespace: str,
+        name: str,
+        patch: dict[str, Any],
+    ) -> None:
+        """A merge patch of a custom object (e.g. its labels; absolute values, so a
+        conflict is retried)."""
+        await self._call(
+            self.custom.patch_namespaced_custom_object,
+            group,
+            version,
+            namespace,
+            plural,
+            name,
+            patch,
             _content_type=MERGE_PATCH,
             field_manager=FIELD_MANAGER,
             conflicts=True,

@@ -84,6 +84,9 @@ class LeaseElector:
     """Called with the new state whenever this candidate gains or loses the lead."""
     labels: Mapping[str, str] = field(default_factory=dict)
     """Labels of the Lease when this candidate creates it."""
+    annotations: Callable[[], Mapping[str, str]] | None = None
+    """Annotations this candidate writes on the Lease with every renewal (e.g. what the
+    shard weighs, for the replicas that do not hold it)."""
     _observed: Observed | None = None
     _renewed_at: float | None = None
     _leading: bool = False
@@ -196,6 +199,10 @@ class LeaseElector:
         spec.lease_duration_seconds = int(self.timings.lease_duration_seconds)
         spec.renew_time = stamp
         lease.spec = spec
+        if self.annotations is not None:
+            meta = lease.metadata or client.V1ObjectMeta()
+            meta.annotations = {**(meta.annotations or {}), **self.annotations()}
+            lease.metadata = meta
         try:
             self.coordination.replace_namespaced_lease(self.name, self.namespace, lease)
         except ApiException as exc:
@@ -221,7 +228,10 @@ class LeaseElector:
         stamp = _now_micro()
         body = client.V1Lease(
             metadata=client.V1ObjectMeta(
-                name=self.name, namespace=self.namespace, labels=dict(self.labels) or None
+                name=self.name,
+                namespace=self.namespace,
+                labels=dict(self.labels) or None,
+                annotations=dict(self.annotations()) if self.annotations is not None else None,
             ),
             spec=client.V1LeaseSpec(
                 holder_identity=self.identity,

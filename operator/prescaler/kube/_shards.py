@@ -13,9 +13,11 @@ the live replicas. Every retry period (:meth:`ShardLeases.run`) a replica:
 1. lists the set's Leases (one call, by label);
 2. renews its slot (or takes a free one) and the shards it holds;
 3. balances the pools (:func:`prescaler.sharding.balance`, from the holders it sees and
-   what each shard weighs): the most loaded replica stops acting on the shard it should
-   give up (:meth:`serves` turns false at once), waits until no reconcile runs on it, lets
-   the caller write what it kept back (``on_release``) and only then releases its Lease;
+   what each shard weighs: its own count for the shards it holds, which it also writes on
+   their Leases, else what their holders wrote): the most loaded replica stops acting on
+   the shard it should give up (:meth:`serves` turns false at once), waits until no
+   reconcile runs on it, lets the caller write what it kept back (``on_release``) and
+   only then releases its Lease;
 4. takes the free or expired shards that fall to it (a replica that died has its shards
    taken within the lease duration, as soon as its slot expires too).
 
@@ -40,6 +42,7 @@ from kubernetes import client
 from prescaler.kube._lease import LeaseElector, LeaseTimings
 from prescaler.sharding import (
     SHARD_LEASE_LABEL,
+    WEIGHT_ANNOTATION,
     balance,
     shard_lease_name,
     slot_lease_name,
@@ -89,7 +92,12 @@ class ShardLeases:
     takes a member slot (default: the lease duration), so it has listed and watched its
     pools before the others hand shards over to it; alone, it takes one at once."""
     weights: Callable[[], Sequence[float]] | None = None
-    """What each shard weighs (its pools plus one); by default all shards weigh the same."""
+    """What each shard weighs (its pools plus one), if the caller sees every pool; by
+    default each shard weighs what :attr:`pools` says for the shards this replica holds,
+    and what their holders last wrote on the others' Leases (:data:`WEIGHT_ANNOTATION`)."""
+    pools: Callable[[int], int | None] = lambda _: None
+    """How many pools of a shard this replica sees (``None``: it does not know), written
+    on the shard's Lease with every renewal."""
     _started_at: float | None = None
     _shard: list[LeaseElector] = field(default_factory=list)
     _slot: list[LeaseElector] = field(default_factory=list)
@@ -109,7 +117,7 @@ class ShardLeases:
             raise ValueError("shards must be >= 1")
         labels = {SHARD_LEASE_LABEL: self.base}
 
-        def elector(name: str) -> LeaseElector:
+        def elector(name: str, shard: int | None = None) -> LeaseElector:
             return LeaseElector(
                 self.coordination,
                 self.namespace,
@@ -118,9 +126,10 @@ class ShardLeases:
                 timings=self.timings,
                 clock=self.clock,
                 labels=labels,
+                annotations=(lambda: self._weight_note(shard)) if shard is not None else None,
             )
 
-        self._shard = [elector(shard_lease_name(self.base, i)) for i in range(self.shards)]
+        self._shard = [elector(shard_lease_name(self.base, i), i) for i in range(self.shards)]
         self._slot = [elector(slot_lease_name(self.base, i)) for i in range(self.shards)]
         if self._pool is None:
             self._pool = ThreadPoolExecutor(
@@ -207,7 +216,7 @@ class ShardLeases:
                 self._draining.discard(i)
         live = [i for i, e in enumerate(self._slot) if e.is_leader() or not e.available()]
         self._live = len(live)
-        weights = list(self.weights()) if self.weights is not None else [1.0] * self.shards
+        weights = list(self.weights()) if self.weights is not None else self._weights(listed)
         moves = balance(weights, self._holders(live), live, self.slot, self._draining)
         self._draining.update(moves.release)
         if self.slot is None:  # not counted by the others: give up what it holds
@@ -220,6 +229,24 @@ class ShardLeases:
             elector = self._shard[i]
             if await self._io(elector.try_acquire_or_renew, listed.get(elector.name)):
                 log.info("%s took shard %d of %s", self.identity, i, self.base)
+
+    def _weight_note(self, shard: int) -> dict[str, str]:
+        count = self.pools(shard)
+        return {WEIGHT_ANNOTATION: str(count)} if count is not None else {}
+
+    def _weights(self, listed: dict[str, Any]) -> list[float]:
+        """Each shard's pools plus one: counted here for the shards held here, else as the
+        holder last wrote on the Lease (a shard never held weighs one)."""
+        weights = []
+        for i, elector in enumerate(self._shard):
+            count = self.pools(i) if elector.is_leader() else None
+            if count is None:
+                lease = listed.get(elector.name)
+                notes = (lease.metadata.annotations if lease is not None else None) or {}
+                with contextlib.suppress(TypeError, ValueError):
+                    count = max(0, int(str(notes.get(WEIGHT_ANNOTATION))))
+            weights.append(1.0 + (count or 0))
+        return weights
 
     def _holders(self, live: Sequence[int]) -> dict[int, int | None]:
         """Each shard's holder as a live slot (-1: a holder without one), ``None`` when
