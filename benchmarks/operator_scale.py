@@ -31,9 +31,11 @@ shards and pools it serves, its reconciles per minute, p99, CPU seconds per cycl
 its fit workers) and RSS, plus the share of all pools reconciled in every cycle.
 
 ``--restart`` then stops the operator and starts a fresh one on the same pools (as after
-a crash or a failover) and reports each of its first ``--cycles`` cycles on its own:
-whether every pool was reconciled, p99, selections redone versus resumed from status, and
-the ForecastHealthy reasons at the cycle's end.
+a crash or a failover) and reports each of its first ``--restart-cycles`` (default
+``--cycles``) cycles on its own: whether every pool was reconciled, p99, selections redone
+versus resumed from status, and the ForecastHealthy reasons at the cycle's end; and how
+long after the restart half, 90 %, 99 % and all of the pools had their first reconcile,
+and had been handed to the operator by its watch (sampled every 2 s).
 
 Needs the cluster binaries (``make cluster-bin``) and Debian's prometheus/promtool.
 """
@@ -324,6 +326,35 @@ def seed_week(api: Any, ns: str, pools: int) -> None:
         )
 
 
+class CatchUp:
+    """After a restart: how long until a share of the pools had their first reconcile."""
+
+    SHARES = (0.5, 0.9, 0.99, 1.0)
+
+    def __init__(self, pools: int) -> None:
+        self.pools = pools
+        self.reached: dict[float, float] = {}
+        self.events: dict[float, float] = {}
+
+    def sample(self, elapsed: float, last: Any, since: float, events: float) -> None:
+        """``last``: each pool's last reconcile time; ``events``: pool watch events the
+        operator has handled since its start (the initial list's included)."""
+        done = sum(1 for t in last if t >= since) / self.pools
+        for share in self.SHARES:
+            if done >= share and share not in self.reached:
+                self.reached[share] = round(elapsed, 1)
+            if events >= share * self.pools and share not in self.events:
+                self.events[share] = round(elapsed, 1)
+
+    def report(self) -> dict[str, dict[str, float | None]]:
+        return {
+            "reconciled": {f"{share:.0%}": self.reached.get(share) for share in self.SHARES},
+            "pool_events_handled": {
+                f"{share:.0%}": self.events.get(share) for share in self.SHARES
+            },
+        }
+
+
 class Operator:
     """The operator in a thread of this process, with its own metrics."""
 
@@ -416,6 +447,7 @@ def run_one(
     week_old: bool = False,
     warmup: float = INTERVAL + 10,
     idle_baseline: bool = False,
+    restart_cycles: int = 0,
 ) -> dict[str, Any]:
     api = cluster.api_client()
     core: Any = client.CoreV1Api(api)
@@ -561,15 +593,21 @@ def run_one(
             "total": round(1000 * sum(above.values()) / reconciles, 1),
         }
     if restart:
+        restarted = time.time()
         op = Operator(settings)
         result["restart_ready_s"] = round(time.monotonic() - op.started, 1)
-        reports = []
-        for _ in range(cycles):
+        reports, caught_up = [], CatchUp(pools)
+        for _ in range(restart_cycles):
             wall, before_cycle = time.time(), _snapshot(op.metrics)
-            time.sleep(INTERVAL)
+            while time.time() < wall + INTERVAL:
+                time.sleep(2.0)
+                seen = _gauges(op.metrics, "prescaler_last_reconcile_timestamp_seconds")
+                events = _counter(op.metrics, "prescaler_pool_watch_events")
+                caught_up.sample(time.time() - restarted, seen.values(), restarted, events)
             reports.append(cycle_report(api, ns, op, pools, wall, before_cycle))
         op.close()
         result["after_restart"] = reports
+        result["after_restart_catch_up_s"] = caught_up.report()
     core.delete_namespace(ns)
     api.close()
     return result
@@ -760,6 +798,12 @@ def main() -> int:
         "--restart", action="store_true", help="then restart the operator and measure again"
     )
     parser.add_argument(
+        "--restart-cycles",
+        type=int,
+        default=0,
+        help="cycles measured after the restart (default: --cycles)",
+    )
+    parser.add_argument(
         "--week-old-status",
         action="store_true",
         help="start every pool with a week of status.againstHpa hours (a steady state)",
@@ -829,6 +873,7 @@ def main() -> int:
                     args.week_old_status,
                     args.warmup,
                     args.idle_baseline,
+                    args.restart_cycles or args.cycles,
                 )
                 print(json.dumps(result), flush=True)
         finally:
