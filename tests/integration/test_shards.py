@@ -66,6 +66,33 @@ pytestmark = [pytest.mark.cluster, pytest.mark.slow]  # 1-3 minutes each: starte
 
 
 # ---------------------------------------------------------------------- tests
+
+
+def _released_and_ready(k: Any, namespace: str, selector: str, what: str) -> Any:
+    """Wait for a pod of ``selector`` whose prewarm gate condition is True (released), then
+    for it to turn Ready; returns the pod."""
+
+    def released() -> Any:
+        pods = k.core.list_namespaced_pod(namespace, label_selector=selector).items
+        for pod in pods:
+            for cond in pod.status.conditions or []:
+                if cond.type == PREWARM_CONDITION and cond.status == "True":
+                    return pod
+        return None
+
+    pod = wait_for(released, 180, f"{what}'s gate condition")
+    wait_for(
+        lambda: any(
+            c.type == "Ready" and c.status == "True"
+            for c in k.core.read_namespaced_pod(pod.metadata.name, namespace).status.conditions
+            or []
+        ),
+        120,
+        f"{what} Ready",
+    )
+    return pod
+
+
 def test_three_replicas_each_pool_is_served_by_exactly_one(
     cluster: LocalCluster, crd: None, kube: Any, namespace: str, tmp_path: Path
 ) -> None:
@@ -329,25 +356,7 @@ def test_a_gated_pod_no_pool_scales_is_released_by_one_replica(
     k.create_deployment(with_readiness_gate(gpu_deployment("orphan", 1), PREWARM_CONDITION))
     monkeypatch.setenv("PRESCALER_PREWARM_UNCLAIMED_SECONDS", "5")
     with replicas(cluster, namespace, tmp_path, ["r0", "r1", "r2"]):
-
-        def released() -> Any:
-            pods = k.core.list_namespaced_pod(namespace, label_selector="app=orphan").items
-            for pod in pods:
-                for cond in pod.status.conditions or []:
-                    if cond.type == PREWARM_CONDITION and cond.status == "True":
-                        return pod
-            return None
-
-        pod = wait_for(released, 180, "the orphan pod's gate condition")
-        wait_for(
-            lambda: any(
-                c.type == "Ready" and c.status == "True"
-                for c in k.core.read_namespaced_pod(pod.metadata.name, namespace).status.conditions
-                or []
-            ),
-            120,
-            "the orphan pod Ready",
-        )
+        pod = _released_and_ready(k, namespace, "app=orphan", "the orphan pod")
         events = [
             e
             for e in k.core.list_namespaced_event(
@@ -475,24 +484,7 @@ def test_a_gated_pod_of_a_role_pools_second_target_is_released_by_one_replica(
             "the role pool to scale its second target",
         )
 
-        def released() -> Any:
-            pods = k.core.list_namespaced_pod(namespace, label_selector=f"app={second}").items
-            for pod in pods:
-                for cond in pod.status.conditions or []:
-                    if cond.type == PREWARM_CONDITION and cond.status == "True":
-                        return pod
-            return None
-
-        pod = wait_for(released, 180, "the gated pod's condition")
-        wait_for(
-            lambda: any(
-                c.type == "Ready" and c.status == "True"
-                for c in k.core.read_namespaced_pod(pod.metadata.name, namespace).status.conditions
-                or []
-            ),
-            120,
-            "the gated pod Ready",
-        )
+        pod = _released_and_ready(k, namespace, f"app={second}", "the gated pod")
         # Both replicas would have released it within a few seconds of each other: wait
         # for a reconcile of the role pool that starts well after that.
         after = time.time() + 5
