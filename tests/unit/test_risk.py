@@ -10,6 +10,7 @@ import pytest
 from prescaler.capacity import CapacityModel, TokenProfile
 from prescaler.controller.status import peak_risk, risk_status
 from prescaler.planning import (
+    LEVEL_BUCKETS,
     LOG_BINS,
     FleetState,
     PeakRisk,
@@ -101,6 +102,33 @@ def test_misses_raise_the_level_calm_lowers_it_and_no_objective_keeps_it() -> No
     assert one_lookahead(PeakRisk(), fixed, 0, 10, [20.0]).level is None
     top = objective(level=0.999, adapt_rate=1.0)
     assert one_lookahead(PeakRisk(), top, 0, 10, [50.0]).level == 0.999, "bounded"
+
+
+HOUR = 3600.0
+
+
+def test_each_hour_of_the_day_keeps_its_own_level() -> None:
+    # A ramp missed at 08:00 raises 08:00's level: the margin at 08:00 tomorrow is the
+    # raised one, while the hours after it size at the level they had (a Mondrian split:
+    # one level for the day swung high for the quiet hours after each ramp).
+    obj = objective(level=0.9, served_fraction=0.99, adapt_rate=0.1)
+    risk = PeakRisk()
+    for k in range(3):  # calibrated (min_outcomes 3) by calm lookaheads at 03:00
+        risk = one_lookahead(risk, obj, 3 * HOUR + 20 * k, 10, [10.0])
+    calm_level = risk.level_at(3 * HOUR)
+    risk = one_lookahead(risk, obj, 8 * HOUR, 10, [20.0, 20.0])
+    assert len(risk.levels) == LEVEL_BUCKETS
+    raised = risk.level_at(8 * HOUR)
+    assert raised is not None and calm_level is not None
+    assert raised > 0.9 + 0.1 * (0.5 - 0.01) > 0.9 > calm_level
+    assert risk.level_at(3 * HOUR) == calm_level, "a miss at 08:00 leaves 03:00 alone"
+    assert risk.level_at(9 * HOUR) == 0.9, "nor the hour after it"
+    tomorrow = 86400 + 8 * HOUR + 60
+    assert risk_sizing(risk, obj, tomorrow).level == risk.level_at(8 * HOUR)
+    assert risk_sizing(risk, obj, 9 * HOUR).level == 0.9
+    assert risk_sizing(risk, obj, tomorrow).margin >= risk_sizing(risk, obj, 9 * HOUR).margin
+    # Without a time, the hour demand was last observed in.
+    assert risk_sizing(risk, obj).level == risk.level_at(risk.observed_at)
 
 
 def test_a_busy_lookaheads_miss_moves_the_level_more_than_a_quiet_ones() -> None:
@@ -252,6 +280,17 @@ def test_the_calibration_survives_a_restart_through_the_status() -> None:
     assert restored.histogram == pytest.approx(risk.histogram, abs=1e-3)
     assert restored.pending == risk.pending
     assert risk_sizing(restored, obj).margin == pytest.approx(risk_sizing(risk, obj).margin)
+    assert restored.levels == pytest.approx(risk.levels, abs=1e-6)
+
+
+def test_a_status_from_before_the_hourly_levels_gives_its_level_to_every_hour() -> None:
+    obj = objective()
+    risk = one_lookahead(PeakRisk(), obj, 0, 10, [20.0])
+    kept = risk_status(risk, risk_sizing(risk, obj))
+    old = kept.model_validate({**kept.model_dump(by_alias=True), "quantiles": []})
+    restored = peak_risk(old)
+    assert kept.quantile is not None
+    assert restored.levels == (kept.quantile,) * LEVEL_BUCKETS
 
 
 def test_a_plan_without_the_risk_model_records_no_lookahead() -> None:

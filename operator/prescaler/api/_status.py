@@ -355,8 +355,12 @@ class RiskStatus(WireModel):
     typical demand (``null`` until calibrated: what is known now over 0.7, and never
     below the forecast's upper band)."""
     quantile: float | None = None
-    """The quantile level of the calibrated peak ratios, as adapted to
-    ``spec.objective`` (``null``: not adapted yet, ``spec.forecast.quantile``)."""
+    """The quantile level of the calibrated peak ratios the last plan sized with, as
+    adapted to ``spec.objective`` in the current hour of the day (``null``: not adapted
+    yet, ``spec.objective.startQuantile``)."""
+    quantiles: list[float] = Field(default_factory=list, max_length=24)
+    """The adapted level per hour of the day (UTC, from 00:00): each hour's lookaheads
+    move their own (empty: not adapted yet)."""
     outcomes: int = 0
     """Lookaheads scored so far."""
     objective: Literal["relativeToHpa", "servedFraction"] | None = None

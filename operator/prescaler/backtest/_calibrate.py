@@ -25,7 +25,7 @@ from prescaler.backtest._run import ReplayOptions, backtest
 from prescaler.backtest._simulate import FleetConfig, Score
 from prescaler.backtest.traces import Trace
 from prescaler.capacity import CapacityModel
-from prescaler.planning import PeakRisk
+from prescaler.planning import LEVEL_BUCKETS, PeakRisk
 
 __all__ = [
     "REPLAY_SECONDS",
@@ -115,8 +115,8 @@ def calibrate_from_history(
     risk = predictive.risk or PeakRisk()
     # The replay's open lookaheads refer to its own fleet: the live loop starts afresh.
     risk = replace(risk, pending=(), observed_at=None)
-    if risk.level is None:
-        risk = replace(risk, level=risk_objective(spec).level)
+    if not risk.levels:
+        risk = replace(risk, levels=(risk_objective(spec).level,) * LEVEL_BUCKETS)
     scores = run.result.scores
     replayed = demand.replay_tokens_per_s
     observed = np.asarray(demand.observed_requests_per_s[demand.replay_from :], dtype=float)

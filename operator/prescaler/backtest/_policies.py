@@ -559,7 +559,7 @@ class PredictivePolicy:
                 hpa_ready,
                 hpa_waiting,
             )
-            sizing = risk_sizing(self.risk, self.objective)
+            sizing = risk_sizing(self.risk, self.objective, obs.now)
         decision = plan(
             PlanInputs(
                 now=obs.now,

@@ -329,7 +329,7 @@ def seeded(previous: RiskStatus | None, seed: Seed) -> PeakRisk:
     """The pool's risk model from the seed, keeping what its own loop has pending."""
     kept = previous.pending if previous is not None else []
     return PeakRisk(
-        level=seed.risk.level,
+        levels=seed.risk.levels,
         histogram=seed.risk.histogram,
         pending=tuple(Lookahead(**p.model_dump()) for p in kept),
         outcomes=seed.risk.outcomes,

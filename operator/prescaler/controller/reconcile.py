@@ -456,7 +456,7 @@ class Reconciler:
                 shadow if objective.relative else None,
                 seed=seeded(previous.risk, seed) if seed is not None else None,
             )
-            sizing = risk_sizing(risk, objective)
+            sizing = risk_sizing(risk, objective, now)
         key = fleet_key(pool.uid, role)
         snapshot = gathered.snapshot
         at, observed = (snapshot.at, snapshot.demand) if snapshot else (now, None)

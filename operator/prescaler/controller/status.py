@@ -59,6 +59,7 @@ from prescaler.capacity import ROLES, CapacityModel, Role
 from prescaler.controller.model import Gathered
 from prescaler.kube import ROLE_PROMOTED, Hpa, PodStart, Workload
 from prescaler.planning import (
+    LEVEL_BUCKETS,
     LOG_BINS,
     ForecastLike,
     Lookahead,
@@ -210,8 +211,14 @@ def peak_risk(previous: RiskStatus | None) -> PeakRisk:
     if calibration and len(calibration) != LOG_BINS:
         calibration = ()
     pending = tuple(Lookahead(**p.model_dump()) for p in previous.pending)
+    levels: tuple[float, ...] = ()
+    if len(previous.quantiles) == LEVEL_BUCKETS:
+        levels = tuple(previous.quantiles)
+    elif previous.quantile is not None:
+        # A status from before the hourly levels: its one level in every hour.
+        levels = (previous.quantile,) * LEVEL_BUCKETS
     return PeakRisk(
-        level=previous.quantile,
+        levels=levels,
         histogram=calibration,
         pending=pending,
         outcomes=previous.outcomes,
@@ -275,7 +282,8 @@ def risk_status(
         in_force = "relativeToHpa" if objective.relative else "servedFraction"
     return RiskStatus(
         margin=round(sizing.margin, 4) if sizing is not None and sizing.calibrated else None,
-        quantile=None if risk.level is None else round(risk.level, 6),
+        quantile=None if not risk.levels or sizing is None else round(sizing.level, 6),
+        quantiles=[round(v, 6) for v in risk.levels],
         outcomes=risk.outcomes,
         objective=in_force,
         target_waited_fraction=None if risk.target is None else round(risk.target, 6),

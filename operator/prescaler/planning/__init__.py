@@ -32,6 +32,7 @@ from prescaler.planning._planner import (
     remember_plan,
 )
 from prescaler.planning._risk import (
+    LEVEL_BUCKETS,
     LOG_BINS,
     PEAK_CEILING,
     Lookahead,
@@ -48,6 +49,7 @@ from prescaler.planning._windows import Occurrence, ScheduledWindow, event_windo
 
 __all__ = [
     "LEVELS",
+    "LEVEL_BUCKETS",
     "LOG_BINS",
     "PEAK_CEILING",
     "Action",

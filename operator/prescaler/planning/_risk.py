@@ -19,7 +19,11 @@ not any single forecast point. The risk model sizes it as ``(base + u) × margin
   forecast's own upper band stands (and what arrives now);
 * ``θ`` starts at ``objective.startQuantile`` and adapts online so that the share of demand
   that waits tracks the objective ``ε`` (adaptive conformal inference, Gibbs and Candès
-  2021, in its risk-control form): when a lookahead ends, ``θ ← θ + γ·(loss − ε)``, where
+  2021, in its risk-control form), one ``θ`` per hour of the day (UTC, the hour a
+  lookahead starts in: a Mondrian split, :data:`LEVEL_BUCKETS`), so a morning ramp's misses
+  raise the margin for tomorrow's morning, not for the quiet hours after it, and a quiet
+  hour's calm does not lower it before the ramp comes back. When a lookahead ends,
+  ``θ ← θ + γ·(loss − ε)`` in its hour, where
   ``loss`` is the share of that lookahead's demand that waited (in [0, 1]), the step
   weighted by the lookahead's demand over the pool's typical demand (at most
   :data:`WEIGHT_CAP`: the update is bounded, so one burst cannot swing the fleet; the
@@ -50,6 +54,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 __all__ = [
+    "LEVEL_BUCKETS",
     "LOG_BINS",
     "PEAK_CEILING",
     "Lookahead",
@@ -76,6 +81,12 @@ WEIGHT_CAP = 4.0
 (the generated web and stream traces, ServeGen; 240 and 600 s): weighting by demand
 left less unserved at the same or fewer GPU-hours in 11 of 12 cells at the default
 floor, and 5 of 6 at a third of it."""
+LEVEL_BUCKETS = 24
+"""The level ``θ`` adapts per hour of the day (UTC): demand with a daily cycle misses in
+the same hours every day (a ramp), and one level for the whole day swung with the time
+since the last miss, high for the quiet hours after a ramp and low again by the next one.
+Chosen on the first halves (the generated web and stream traces, ServeGen, NYC taxi; 240
+and 600 s cold starts; ``benchmarks/README.md``, "A level per hour of the day")."""
 MAX_PENDING = 64
 """Lookaheads awaiting their outcome, at most (the oldest go first)."""
 PEAK_CEILING = 2.0
@@ -174,8 +185,9 @@ class Lookahead:
 class PeakRisk:
     """What the risk model has learned: the level, the calibration set and what is pending."""
 
-    level: float | None = None
-    """``θ``, once adapted (``None``: the objective's starting level)."""
+    levels: tuple[float, ...] = ()
+    """``θ`` per hour of the day (UTC, :data:`LEVEL_BUCKETS` of them), once adapted (empty:
+    the objective's starting level in every hour)."""
     histogram: tuple[float, ...] = ()
     """Faded counts of ``log((peak + u) / (base + u))`` per bin (empty: nothing learned
     yet)."""
@@ -196,6 +208,17 @@ class PeakRisk:
     """The objective's ``ε`` of recent lookaheads, faded like :attr:`loss`: what the loss
     is held against (``None`` before the first)."""
 
+    def level_at(self, t: float | None) -> float | None:
+        """``θ`` in the hour of ``t`` (``None``: not adapted yet, or no time known)."""
+        if not self.levels or t is None or not math.isfinite(t):
+            return None
+        return self.levels[level_bucket(t)]
+
+    @property
+    def level(self) -> float | None:
+        """``θ`` in the hour demand was last observed in."""
+        return self.level_at(self.observed_at)
+
 
 @dataclass(frozen=True, slots=True)
 class RiskSizing:
@@ -210,6 +233,11 @@ class RiskSizing:
     """The pool's typical demand (its recent mean): ``u`` is at least this."""
     peak: float | None = None
     """The largest demand observed lately (:attr:`PeakRisk.peak_demand`)."""
+
+
+def level_bucket(t: float) -> int:
+    """The hour of the day (UTC) of unix time ``t``: which ``θ`` sizes and learns at ``t``."""
+    return int(t % 86400.0 // (86400.0 / LEVEL_BUCKETS)) % LEVEL_BUCKETS
 
 
 def _bin(score: float) -> int:
@@ -228,10 +256,12 @@ def _quantile(histogram: Sequence[float], level: float) -> float:
     return LOG_HIGH
 
 
-def risk_sizing(risk: PeakRisk, objective: RiskObjective) -> RiskSizing:
-    """The margin to size with now: calibrated once ``min_outcomes`` lookaheads have ended,
-    else ``None`` (the forecast's own band stands in)."""
-    level = objective.level if risk.level is None else risk.level
+def risk_sizing(risk: PeakRisk, objective: RiskObjective, now: float | None = None) -> RiskSizing:
+    """The margin to size with at ``now`` (default: when demand was last observed), at the
+    level of its hour: calibrated once ``min_outcomes`` lookaheads have ended, else ``None``
+    (the forecast's own band stands in)."""
+    at = risk.level_at(risk.observed_at if now is None else now)
+    level = objective.level if at is None else at
     typical = risk.mean_demand or 0.0
     if risk.histogram and risk.outcomes >= objective.min_outcomes:
         margin = math.exp(_quantile(risk.histogram, level))
@@ -326,7 +356,8 @@ def observe_risk(
     if risk.observed_at is not None and now > risk.observed_at:
         interval = now - risk.observed_at
     histogram = list(risk.histogram) or [0.0] * LOG_BINS
-    level, outcomes, loss, aim = risk.level, risk.outcomes, risk.loss, risk.target
+    levels = list(risk.levels) if len(risk.levels) == LEVEL_BUCKETS else []
+    outcomes, loss, aim = risk.outcomes, risk.loss, risk.target
     fade = 1.0 - 1.0 / objective.memory
     still: list[Lookahead] = []
     learned = False
@@ -372,12 +403,14 @@ def observe_risk(
         outcomes += 1
         learned = True
         if objective.adapt_rate > 0:
-            moved = (objective.level if level is None else level) + objective.adapt_rate * (
+            levels = levels or [objective.level] * LEVEL_BUCKETS
+            hour = level_bucket(look.start)
+            moved = levels[hour] + objective.adapt_rate * (
                 demand_weight(look, risk.mean_demand) * (share - target)
             )
-            level = min(objective.max_level, max(objective.min_level, moved))
+            levels[hour] = min(objective.max_level, max(objective.min_level, moved))
     return PeakRisk(
-        level=level,
+        levels=tuple(levels),
         histogram=tuple(histogram) if learned or risk.histogram else (),
         pending=tuple(still),
         outcomes=outcomes,
