@@ -96,6 +96,7 @@ def test_a_new_pool_plans_with_a_margin_seeded_from_its_history_and_one_without_
     assert risk["margin"] is not None  # the plan sized with the calibrated margin
     assert len(risk["calibration"]) == 100  # the replay's scores, binned
     assert sum(risk["calibration"]) > 0
+    assert len(risk["quantiles"]) == 24  # the replay's level for each hour of the day
     estimate = status["againstHpa"]["fromHistory"]
     assert estimate["observedHours"] == pytest.approx(HOURS / 2, abs=0.1)
     assert estimate["hpaGpuHours"] > 0

@@ -130,6 +130,7 @@ def test_a_restarted_operator_keeps_the_risk_models_calibration(world: HistoryWo
     kept = risk()  # the last status the first operator wrote
     assert kept["outcomes"] >= 60
     assert len(kept["calibration"]) == 100
+    assert len(kept["quantiles"]) == 24  # the level of each hour of the day
 
     with world.operator(interval_seconds=1.0):
         resumed = wait_for(
@@ -143,3 +144,9 @@ def test_a_restarted_operator_keeps_the_risk_models_calibration(world: HistoryWo
     assert resumed["outcomes"] >= kept["outcomes"]
     assert resumed["margin"] is not None
     assert sum(resumed["calibration"]) > 0.9 * sum(kept["calibration"])
+    # Every hour's level went on as it was, but the hour (or two) the lookaheads since
+    # ended in.
+    assert len(resumed["quantiles"]) == 24
+    pairs = zip(kept["quantiles"], resumed["quantiles"], strict=True)
+    moved = [h for h, (a, b) in enumerate(pairs) if a != b]
+    assert len(moved) <= 2, moved
