@@ -119,7 +119,8 @@ def test_each_hour_of_the_day_keeps_its_own_level() -> None:
     risk = one_lookahead(risk, obj, 8 * HOUR, 10, [20.0, 20.0])
     assert len(risk.levels) == LEVEL_BUCKETS
     raised = risk.level_at(8 * HOUR)
-    assert raised is not None and calm_level is not None
+    assert raised is not None
+    assert calm_level is not None
     assert raised > 0.9 + 0.1 * (0.5 - 0.01) > 0.9 > calm_level
     assert risk.level_at(3 * HOUR) == calm_level, "a miss at 08:00 leaves 03:00 alone"
     assert risk.level_at(9 * HOUR) == 0.9, "nor the hour after it"
