@@ -7,6 +7,7 @@ from dataclasses import replace
 
 import pytest
 
+from prescaler.api import parse_spec, risk_objective
 from prescaler.capacity import CapacityModel, TokenProfile
 from prescaler.controller.status import peak_risk, risk_status
 from prescaler.planning import (
@@ -94,14 +95,14 @@ def test_the_forecast_band_stands_in_until_enough_lookaheads_have_ended() -> Non
 def test_misses_raise_the_level_calm_lowers_it_and_no_objective_keeps_it() -> None:
     obj = objective(level=0.9, served_fraction=0.99, adapt_rate=0.1)
     missed = one_lookahead(PeakRisk(), obj, 0, 10, [20.0, 20.0])
-    assert missed.level == pytest.approx(0.9 + 0.1 * (0.5 - 0.01))
+    assert missed.level_at(0) == pytest.approx(0.9 + 0.1 * (0.5 - 0.01))
     calm = one_lookahead(PeakRisk(), obj, 0, 10, [5.0, 8.0])
     # Weighted by its mean demand (6.5) over the typical demand when it ended (5).
-    assert calm.level == pytest.approx(0.9 - 0.1 * (6.5 / 5.0) * 0.01)
+    assert calm.level_at(0) == pytest.approx(0.9 - 0.1 * (6.5 / 5.0) * 0.01)
     fixed = objective(adapt_rate=0)
-    assert one_lookahead(PeakRisk(), fixed, 0, 10, [20.0]).level is None
+    assert one_lookahead(PeakRisk(), fixed, 0, 10, [20.0]).level_at(0) is None
     top = objective(level=0.999, adapt_rate=1.0)
-    assert one_lookahead(PeakRisk(), top, 0, 10, [50.0]).level == 0.999, "bounded"
+    assert one_lookahead(PeakRisk(), top, 0, 10, [50.0]).level_at(0) == 0.999, "bounded"
 
 
 HOUR = 3600.0
@@ -276,7 +277,7 @@ def test_the_calibration_survives_a_restart_through_the_status() -> None:
     risk = observe_risk(risk, obj, 1001, 13.0, ready_capacity=15)
     kept = risk_status(risk, risk_sizing(risk, obj))
     restored = peak_risk(kept.model_validate(kept.model_dump(by_alias=True)))
-    assert restored.level == pytest.approx(risk.level or 0, abs=1e-6)
+    assert restored.level_at(0) == pytest.approx(risk.level_at(0) or 0, abs=1e-6)
     assert len(restored.histogram) == LOG_BINS
     assert restored.histogram == pytest.approx(risk.histogram, abs=1e-3)
     assert restored.pending == risk.pending
@@ -330,14 +331,14 @@ def test_the_relative_objective_targets_a_share_of_what_the_hpa_left_waiting() -
     risk = hpa_lookahead(PeakRisk(), obj, 0, 100.0, 90.0, 60.0)
     assert risk.target == pytest.approx(0.2)
     assert risk.loss == pytest.approx(0.1)
-    assert risk.level == pytest.approx(0.9 + 0.1 * (0.1 - 0.2))
+    assert risk.level_at(0) == pytest.approx(0.9 + 0.1 * (0.1 - 0.2))
     # The same miss where the HPA would have kept up is held to the floor: the level rises.
     kept_up = hpa_lookahead(PeakRisk(), obj, 0, 100.0, 90.0, 100.0)
-    assert kept_up.level == pytest.approx(0.9 + 0.1 * (0.1 - 0.001))
+    assert kept_up.level_at(0) == pytest.approx(0.9 + 0.1 * (0.1 - 0.001))
     # Absolute: 1 - servedFraction whatever the HPA did.
     absolute = hpa_lookahead(PeakRisk(), objective(level=0.9, adapt_rate=0.1), 0, 100, 90, 60)
     assert absolute.target == pytest.approx(0.01)
-    assert absolute.level == pytest.approx(0.9 + 0.1 * (0.1 - 0.01))
+    assert absolute.level_at(0) == pytest.approx(0.9 + 0.1 * (0.1 - 0.01))
 
 
 def test_a_quiet_pool_under_the_relative_objective_gets_cheaper() -> None:
@@ -347,8 +348,8 @@ def test_a_quiet_pool_under_the_relative_objective_gets_cheaper() -> None:
     risk = PeakRisk()
     for k in range(20):
         risk = hpa_lookahead(risk, obj, 20 * k, 100.0, 200.0, 200.0)
-    assert risk.level is not None
-    assert risk.level < 0.99 - 20 * 0.5 * 0.01 + 1e-9
+    assert risk.level_at(0) is not None
+    assert risk.level_at(0) < 0.99 - 20 * 0.5 * 0.01 + 1e-9
     assert risk.target == pytest.approx(0.01)
 
 
@@ -375,3 +376,28 @@ def test_the_status_names_the_objective_in_force_and_keeps_its_target() -> None:
     assert status.target_waited_fraction == pytest.approx(0.2)
     assert peak_risk(status).target == pytest.approx(0.2)
     assert risk_status(risk, None, objective()).objective == "servedFraction"
+
+
+def test_the_hours_follow_the_pools_day() -> None:
+    # A pool whose day is played ten times faster (seasonalityPeriods [8640, ...]) learns
+    # its ramp's level by the hour of that day, not of the wall clock's.
+    spec = parse_spec(
+        {
+            "target": {"name": "llm"},
+            "model": {"tokensPerSecond": 3750, "promptTokens": 600, "outputTokens": 150},
+            "forecast": {
+                "prometheus": {"url": "http://prometheus:9090"},
+                "seasonalityPeriods": [60480, 8640],
+            },
+        }
+    )
+    obj = replace(risk_objective(spec), served_fraction=0.99, adapt_rate=0.1, min_outcomes=3)
+    assert obj.day_seconds == 8640
+    ramp = 8 * 360.0  # 08:00 of the compressed day
+    risk = one_lookahead(PeakRisk(), obj, ramp, 10, [20.0, 20.0])
+    raised = risk.level_at(ramp, obj.day_seconds)
+    assert raised is not None
+    assert raised > obj.level
+    assert risk.level_at(ramp + 8640, obj.day_seconds) == raised, "the next compressed day"
+    assert risk.level_at(ramp + 3600, obj.day_seconds) == obj.level, "ten of its hours on"
+    assert risk_sizing(risk, obj, ramp + 8640).level == raised

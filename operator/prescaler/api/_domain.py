@@ -251,7 +251,15 @@ def risk_objective(spec: InferencePoolSpec) -> RiskObjective:
         memory=float(o.memory_lookaheads),
         relative_to_hpa=o.relative_to_hpa,
         relative_floor=o.relative_floor,
+        day_seconds=_day_seconds(spec),
     )
+
+
+def _day_seconds(spec: InferencePoolSpec) -> float:
+    """The pool's day: its shortest seasonality period (a day unless the spec says
+    otherwise, as a compressed replay does)."""
+    periods = spec.forecast.seasonality_periods if spec.forecast is not None else []
+    return float(min(periods)) if periods else 86400.0
 
 
 def degradation_policy(spec: InferencePoolSpec) -> DegradationPolicy:

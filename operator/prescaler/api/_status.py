@@ -359,8 +359,9 @@ class RiskStatus(WireModel):
     adapted to ``spec.objective`` in the current hour of the day (``null``: not adapted
     yet, ``spec.objective.startQuantile``)."""
     quantiles: list[float] = Field(default_factory=list, max_length=24)
-    """The adapted level per hour of the day (UTC, from 00:00): each hour's lookaheads
-    move their own (empty: not adapted yet)."""
+    """The adapted level per hour of the pool's day (its shortest seasonality period, from
+    00:00 UTC; 24 of them): each hour's lookaheads move their own (empty: not adapted
+    yet)."""
     outcomes: int = 0
     """Lookaheads scored so far."""
     objective: Literal["relativeToHpa", "servedFraction"] | None = None

@@ -123,6 +123,9 @@ class RiskObjective:
     (used when :attr:`served_fraction` is ``None``)."""
     relative_floor: float = 0.0
     """The relative ``ε`` is never below this (the HPA left nothing, or little, waiting)."""
+    day_seconds: float = 86400.0
+    """The pool's day (its shortest seasonality period): the levels split it in
+    :data:`LEVEL_BUCKETS` hours."""
 
     def __post_init__(self) -> None:
         sf = self.served_fraction
@@ -136,6 +139,8 @@ class RiskObjective:
             raise ValueError("served fraction must be in (0, 1)")
         if not self.min_level <= self.level <= self.max_level:
             raise ValueError(f"level must be in [{self.min_level}, {self.max_level}]")
+        if not (math.isfinite(self.day_seconds) and self.day_seconds >= LEVEL_BUCKETS):
+            raise ValueError(f"the day must be at least {LEVEL_BUCKETS} seconds")
         if not (self.adapt_rate >= 0 and self.memory >= 1 and self.min_outcomes >= 0):
             raise ValueError("adapt rate, memory and min outcomes must be >= 0 (memory >= 1)")
 
@@ -208,16 +213,12 @@ class PeakRisk:
     """The objective's ``ε`` of recent lookaheads, faded like :attr:`loss`: what the loss
     is held against (``None`` before the first)."""
 
-    def level_at(self, t: float | None) -> float | None:
-        """``θ`` in the hour of ``t`` (``None``: not adapted yet, or no time known)."""
+    def level_at(self, t: float | None, day: float = 86400.0) -> float | None:
+        """``θ`` in the hour of ``t`` in a day of ``day`` seconds (``None``: not adapted yet,
+        or no time known)."""
         if not self.levels or t is None or not math.isfinite(t):
             return None
-        return self.levels[level_bucket(t)]
-
-    @property
-    def level(self) -> float | None:
-        """``θ`` in the hour demand was last observed in."""
-        return self.level_at(self.observed_at)
+        return self.levels[level_bucket(t, day)]
 
 
 @dataclass(frozen=True, slots=True)
@@ -235,9 +236,10 @@ class RiskSizing:
     """The largest demand observed lately (:attr:`PeakRisk.peak_demand`)."""
 
 
-def level_bucket(t: float) -> int:
-    """The hour of the day (UTC) of unix time ``t``: which ``θ`` sizes and learns at ``t``."""
-    return int(t % 86400.0 // (86400.0 / LEVEL_BUCKETS)) % LEVEL_BUCKETS
+def level_bucket(t: float, day: float = 86400.0) -> int:
+    """The hour of the day (UTC; a day of ``day`` seconds, split in :data:`LEVEL_BUCKETS`)
+    of unix time ``t``: which ``θ`` sizes and learns at ``t``."""
+    return int(t % day // (day / LEVEL_BUCKETS)) % LEVEL_BUCKETS
 
 
 def _bin(score: float) -> int:
@@ -260,7 +262,7 @@ def risk_sizing(risk: PeakRisk, objective: RiskObjective, now: float | None = No
     """The margin to size with at ``now`` (default: when demand was last observed), at the
     level of its hour: calibrated once ``min_outcomes`` lookaheads have ended, else ``None``
     (the forecast's own band stands in)."""
-    at = risk.level_at(risk.observed_at if now is None else now)
+    at = risk.level_at(risk.observed_at if now is None else now, objective.day_seconds)
     level = objective.level if at is None else at
     typical = risk.mean_demand or 0.0
     if risk.histogram and risk.outcomes >= objective.min_outcomes:
@@ -404,7 +406,7 @@ def observe_risk(
         learned = True
         if objective.adapt_rate > 0:
             levels = levels or [objective.level] * LEVEL_BUCKETS
-            hour = level_bucket(look.start)
+            hour = level_bucket(look.start, objective.day_seconds)
             moved = levels[hour] + objective.adapt_rate * (
                 demand_weight(look, risk.mean_demand) * (share - target)
             )
