@@ -7,6 +7,7 @@ from typing import Annotated, Literal
 from pydantic import Field
 
 from prescaler.api._base import WireModel
+from prescaler.planning import LEVEL_BUCKETS
 
 ConditionType = Literal[
     "Ready",
@@ -358,7 +359,7 @@ class RiskStatus(WireModel):
     """The quantile level of the calibrated peak ratios the last plan sized with, as
     adapted to ``spec.objective`` in the current hour of the day (``null``: not adapted
     yet, ``spec.objective.startQuantile``)."""
-    quantiles: list[float] = Field(default_factory=list, max_length=24)
+    quantiles: list[float] = Field(default_factory=list, max_length=LEVEL_BUCKETS)
     """The adapted level per hour of the pool's day (its shortest seasonality period, from
     00:00 UTC; 24 of them): each hour's lookaheads move their own (empty: not adapted
     yet)."""
