@@ -28,6 +28,9 @@ from prescaler.planning import (
 from prescaler.planning._risk import WEIGHT_CAP, Lookahead, demand_weight, waiting_demand
 from unit.fake_forecasts import Forecast, Point
 
+DAY = 86400.0
+"""The pool's day in these tests (the spec's default shortest seasonality period)."""
+
 
 def objective(**kw: float) -> RiskObjective:
     base: dict[str, float] = {
@@ -36,6 +39,7 @@ def objective(**kw: float) -> RiskObjective:
         "adapt_rate": 0.05,
         "memory": 1000.0,
         "min_outcomes": 3.0,
+        "day_seconds": DAY,
     }
     base.update(kw)
     return RiskObjective(**base)
@@ -95,14 +99,14 @@ def test_the_forecast_band_stands_in_until_enough_lookaheads_have_ended() -> Non
 def test_misses_raise_the_level_calm_lowers_it_and_no_objective_keeps_it() -> None:
     obj = objective(level=0.9, served_fraction=0.99, adapt_rate=0.1)
     missed = one_lookahead(PeakRisk(), obj, 0, 10, [20.0, 20.0])
-    assert missed.level_at(0) == pytest.approx(0.9 + 0.1 * (0.5 - 0.01))
+    assert missed.level_at(0, DAY) == pytest.approx(0.9 + 0.1 * (0.5 - 0.01))
     calm = one_lookahead(PeakRisk(), obj, 0, 10, [5.0, 8.0])
     # Weighted by its mean demand (6.5) over the typical demand when it ended (5).
-    assert calm.level_at(0) == pytest.approx(0.9 - 0.1 * (6.5 / 5.0) * 0.01)
+    assert calm.level_at(0, DAY) == pytest.approx(0.9 - 0.1 * (6.5 / 5.0) * 0.01)
     fixed = objective(adapt_rate=0)
-    assert one_lookahead(PeakRisk(), fixed, 0, 10, [20.0]).level_at(0) is None
+    assert one_lookahead(PeakRisk(), fixed, 0, 10, [20.0]).level_at(0, DAY) is None
     top = objective(level=0.999, adapt_rate=1.0)
-    assert one_lookahead(PeakRisk(), top, 0, 10, [50.0]).level_at(0) == 0.999, "bounded"
+    assert one_lookahead(PeakRisk(), top, 0, 10, [50.0]).level_at(0, DAY) == 0.999, "bounded"
 
 
 HOUR = 3600.0
@@ -116,21 +120,21 @@ def test_each_hour_of_the_day_keeps_its_own_level() -> None:
     risk = PeakRisk()
     for k in range(3):  # calibrated (min_outcomes 3) by calm lookaheads at 03:00
         risk = one_lookahead(risk, obj, 3 * HOUR + 20 * k, 10, [10.0])
-    calm_level = risk.level_at(3 * HOUR)
+    calm_level = risk.level_at(3 * HOUR, DAY)
     risk = one_lookahead(risk, obj, 8 * HOUR, 10, [20.0, 20.0])
     assert len(risk.levels) == LEVEL_BUCKETS
-    raised = risk.level_at(8 * HOUR)
+    raised = risk.level_at(8 * HOUR, DAY)
     assert raised is not None
     assert calm_level is not None
     assert raised > 0.9 + 0.1 * (0.5 - 0.01) > 0.9 > calm_level
-    assert risk.level_at(3 * HOUR) == calm_level, "a miss at 08:00 leaves 03:00 alone"
-    assert risk.level_at(9 * HOUR) == 0.9, "nor the hour after it"
+    assert risk.level_at(3 * HOUR, DAY) == calm_level, "a miss at 08:00 leaves 03:00 alone"
+    assert risk.level_at(9 * HOUR, DAY) == 0.9, "nor the hour after it"
     tomorrow = 86400 + 8 * HOUR + 60
-    assert risk_sizing(risk, obj, tomorrow).level == risk.level_at(8 * HOUR)
+    assert risk_sizing(risk, obj, tomorrow).level == risk.level_at(8 * HOUR, DAY)
     assert risk_sizing(risk, obj, 9 * HOUR).level == 0.9
     assert risk_sizing(risk, obj, tomorrow).margin >= risk_sizing(risk, obj, 9 * HOUR).margin
     # Without a time, the hour demand was last observed in.
-    assert risk_sizing(risk, obj).level == risk.level_at(risk.observed_at)
+    assert risk_sizing(risk, obj).level == risk.level_at(risk.observed_at, DAY)
 
 
 def test_a_busy_lookaheads_miss_moves_the_level_more_than_a_quiet_ones() -> None:
@@ -277,7 +281,7 @@ def test_the_calibration_survives_a_restart_through_the_status() -> None:
     risk = observe_risk(risk, obj, 1001, 13.0, ready_capacity=15)
     kept = risk_status(risk, risk_sizing(risk, obj))
     restored = peak_risk(kept.model_validate(kept.model_dump(by_alias=True)))
-    assert restored.level_at(0) == pytest.approx(risk.level_at(0) or 0, abs=1e-6)
+    assert restored.level_at(0, DAY) == pytest.approx(risk.level_at(0, DAY) or 0, abs=1e-6)
     assert len(restored.histogram) == LOG_BINS
     assert restored.histogram == pytest.approx(risk.histogram, abs=1e-3)
     assert restored.pending == risk.pending
@@ -331,14 +335,14 @@ def test_the_relative_objective_targets_a_share_of_what_the_hpa_left_waiting() -
     risk = hpa_lookahead(PeakRisk(), obj, 0, 100.0, 90.0, 60.0)
     assert risk.target == pytest.approx(0.2)
     assert risk.loss == pytest.approx(0.1)
-    assert risk.level_at(0) == pytest.approx(0.9 + 0.1 * (0.1 - 0.2))
+    assert risk.level_at(0, DAY) == pytest.approx(0.9 + 0.1 * (0.1 - 0.2))
     # The same miss where the HPA would have kept up is held to the floor: the level rises.
     kept_up = hpa_lookahead(PeakRisk(), obj, 0, 100.0, 90.0, 100.0)
-    assert kept_up.level_at(0) == pytest.approx(0.9 + 0.1 * (0.1 - 0.001))
+    assert kept_up.level_at(0, DAY) == pytest.approx(0.9 + 0.1 * (0.1 - 0.001))
     # Absolute: 1 - servedFraction whatever the HPA did.
     absolute = hpa_lookahead(PeakRisk(), objective(level=0.9, adapt_rate=0.1), 0, 100, 90, 60)
     assert absolute.target == pytest.approx(0.01)
-    assert absolute.level_at(0) == pytest.approx(0.9 + 0.1 * (0.1 - 0.01))
+    assert absolute.level_at(0, DAY) == pytest.approx(0.9 + 0.1 * (0.1 - 0.01))
 
 
 def test_a_quiet_pool_under_the_relative_objective_gets_cheaper() -> None:
@@ -348,8 +352,8 @@ def test_a_quiet_pool_under_the_relative_objective_gets_cheaper() -> None:
     risk = PeakRisk()
     for k in range(20):
         risk = hpa_lookahead(risk, obj, 20 * k, 100.0, 200.0, 200.0)
-    assert risk.level_at(0) is not None
-    assert risk.level_at(0) < 0.99 - 20 * 0.5 * 0.01 + 1e-9
+    assert risk.level_at(0, DAY) is not None
+    assert risk.level_at(0, DAY) < 0.99 - 20 * 0.5 * 0.01 + 1e-9
     assert risk.target == pytest.approx(0.01)
 
 

@@ -258,8 +258,8 @@ def risk_objective(spec: InferencePoolSpec) -> RiskObjective:
 def _day_seconds(spec: InferencePoolSpec) -> float:
     """The pool's day: its shortest seasonality period (a day unless the spec says
     otherwise, as a compressed replay does)."""
-    periods = spec.forecast.seasonality_periods if spec.forecast is not None else []
-    return float(min(periods)) if periods else 86400.0
+    forecast = spec.forecast if spec.forecast is not None else ForecastSpec()
+    return float(min(forecast.seasonality_periods))
 
 
 def degradation_policy(spec: InferencePoolSpec) -> DegradationPolicy:

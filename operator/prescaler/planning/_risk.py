@@ -114,6 +114,9 @@ class RiskObjective:
     memory: float
     """Lookaheads the calibration set holds, in effect: each new one fades the older ones
     by ``1 − 1/memory``."""
+    day_seconds: float
+    """The pool's day (its shortest seasonality period): the levels split it in
+    :data:`LEVEL_BUCKETS` hours."""
     min_outcomes: float = 60.0
     """Lookaheads needed before the calibrated margin replaces the forecast's band."""
     min_level: float = 0.5
@@ -123,9 +126,6 @@ class RiskObjective:
     (used when :attr:`served_fraction` is ``None``)."""
     relative_floor: float = 0.0
     """The relative ``ε`` is never below this (the HPA left nothing, or little, waiting)."""
-    day_seconds: float = 86400.0
-    """The pool's day (its shortest seasonality period): the levels split it in
-    :data:`LEVEL_BUCKETS` hours."""
 
     def __post_init__(self) -> None:
         sf = self.served_fraction
@@ -213,7 +213,7 @@ class PeakRisk:
     """The objective's ``ε`` of recent lookaheads, faded like :attr:`loss`: what the loss
     is held against (``None`` before the first)."""
 
-    def level_at(self, t: float | None, day: float = 86400.0) -> float | None:
+    def level_at(self, t: float | None, day: float) -> float | None:
         """``θ`` in the hour of ``t`` in a day of ``day`` seconds (``None``: not adapted yet,
         or no time known)."""
         if not self.levels or t is None or not math.isfinite(t):
@@ -236,7 +236,7 @@ class RiskSizing:
     """The largest demand observed lately (:attr:`PeakRisk.peak_demand`)."""
 
 
-def level_bucket(t: float, day: float = 86400.0) -> int:
+def level_bucket(t: float, day: float) -> int:
     """The hour of the day (UTC; a day of ``day`` seconds, split in :data:`LEVEL_BUCKETS`)
     of unix time ``t``: which ``θ`` sizes and learns at ``t``."""
     return int(t % day // (day / LEVEL_BUCKETS)) % LEVEL_BUCKETS
