@@ -312,6 +312,11 @@ def test_the_forecast_readies_the_step_and_a_prometheus_trigger_catches_a_burst(
             {"spec": {"triggers": so["spec"]["triggers"]}},
         )  # fmt: skip
         wait_for(lambda: len(hpa_metrics(k)) == 2, 300, "both triggers in KEDA's HPA")
+        wait_for(
+            lambda: (k.status(NAME).get("keda") or {}).get("metric") is True,
+            300,
+            "status.keda saying KEDA's HPA carries the plan",
+        )
         wait_for(lambda: k.status(NAME).get("forecast"), 300, "a forecast in status")
         wait_for(lambda: hpa_reads_metrics(k), 300, "KEDA's HPA reading its triggers")
         # Before the step's lookahead: KEDA scales to the plan's floor.

@@ -189,6 +189,77 @@ def test_keda_s_fallback_is_reported() -> None:
     assert "at its fallback" in keda["message"]
 
 
+def keda_hpa(*metric_names: str) -> Hpa:
+    """KEDA's HPA for ``llama-so`` as the API server returns it, with an ``External``
+    metric per name (and the cpu trigger's ``Resource`` metric)."""
+    return hpa_from(
+        {
+            "metadata": {
+                "name": "keda-hpa-llama-so",
+                "ownerReferences": [
+                    {"apiVersion": "keda.sh/v1alpha1", "kind": "ScaledObject", "name": "llama-so"}
+                ],
+            },
+            "spec": {
+                "scaleTargetRef": {"kind": "Deployment", "name": "llm"},
+                "minReplicas": 1,
+                "maxReplicas": 8,
+                "metrics": [
+                    {
+                        "type": "Resource",
+                        "resource": {
+                            "name": "cpu",
+                            "target": {"type": "Utilization", "averageUtilization": 80},
+                        },
+                    },
+                    *(
+                        {
+                            "type": "External",
+                            "external": {
+                                "metric": {
+                                    "name": name,
+                                    "selector": {
+                                        "matchLabels": {"scaledobject.keda.sh/name": "llama-so"}
+                                    },
+                                },
+                                "target": {"type": "AverageValue", "averageValue": "1"},
+                            },
+                        }
+                        for name in metric_names
+                    ),
+                ],
+            },
+        }
+    )
+
+
+def test_status_says_whether_keda_s_hpa_carries_the_plan() -> None:
+    c = Cluster(_spec())
+    c.kube.hpa = keda_hpa("s1-prescaler-pool")
+    keda = c.reconcile()["keda"]
+    assert keda["metric"] is True
+    assert keda["message"].startswith("KEDA scales Deployment/llm")
+
+    # KEDA built its HPA without this pool's trigger (it could not reach the scaler then):
+    # the trigger is there, the plan scales nothing, and the status says so.
+    c.kube.hpa = keda_hpa("s1-prescaler-other-pool")
+    c.rec._hpas.clear()  # the namespace's HPAs are listed once per period
+    keda = c.reconcile()["keda"]
+    assert (keda["triggers"], keda["metric"]) == (1, False)
+    assert "no metric prescaler-pool for this pool's trigger" in keda["message"]
+    assert "the plan (3) scales nothing" in keda["message"]
+
+
+def test_a_keda_metric_name_is_told_apart_from_another_pool_s() -> None:
+    query = parse_query("llama-so", "ns", {"pool": "chat"})
+    assert query.names_hpa_metric("s0-prescaler-chat")
+    assert query.names_hpa_metric("s12-prescaler-chat")
+    assert not query.names_hpa_metric("s0-prescaler-chat-2")
+    assert not query.names_hpa_metric("prescaler-chat")
+    assert not query.names_hpa_metric("s0-prescaler-chatx")
+    assert keda_hpa("s0-a", "s1-b").external_metrics == ("s0-a", "s1-b")
+
+
 def test_a_scaled_object_without_our_trigger_is_reported() -> None:
     c = Cluster(_spec())
     c.kube.scaled_object = {

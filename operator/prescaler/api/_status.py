@@ -102,6 +102,12 @@ class KedaStatus(WireModel):
     triggers: int = Field(ge=0)
     """The ScaledObject's ``external``/``external-push`` triggers that name this pool; 0
     means KEDA does not ask for the plan (see ``message``)."""
+    metric: bool | None = None
+    """KEDA's HPA carries the plan: it has an ``External`` metric KEDA made from this pool's
+    trigger (``s<trigger index>-prescaler-<pool>``). False: KEDA's HPA has no such metric,
+    so the plan scales nothing (KEDA leaves out of its HPA a trigger it could not reach
+    when it built it, until the ScaledObject's spec changes). Unset: KEDA's HPA is not
+    known yet."""
     active: bool | None = None
     """The ScaledObject's condition ``Active``, as KEDA reports it."""
     fallback: bool | None = None

@@ -64,6 +64,8 @@ class Gathered:
     shadow HPA scales to its utilization target."""
     keda: ScaledObject | None = None
     """The target ScaledObject (mode ``kedaTrigger``)."""
+    keda_hpa: Hpa | None = None
+    """The HPA KEDA made for it (``status.hpaName`` of the ScaledObject), once readable."""
 
 
 @dataclass(frozen=True, slots=True, order=True)

@@ -579,6 +579,7 @@ class Reconciler:
         ns = pool.namespace
         target = target_of(spec)
         keda: ScaledObject | None = None
+        keda_hpa: Hpa | None = None
         try:
             if target.kind == "HorizontalPodAutoscaler":
                 hpa = await self.kube.get_hpa(ns, target.name)
@@ -617,6 +618,9 @@ class Reconciler:
                     else workload.replicas
                 )
                 writer = None
+                keda_hpa = next(
+                    (h for h in await self._hpas_in(ns) if h.name == keda.hpa_name), None
+                )
                 scaler = await self._hpa_on(ns, workload) if spec.forecast is not None else None
             else:
                 workload = await self.kube.get_workload(ns, target.kind, target.name)
@@ -668,6 +672,7 @@ class Reconciler:
             current_writer=writer,
             hpa=scaler,
             keda=keda,
+            keda_hpa=keda_hpa,
         )
 
     async def _target_pods(
@@ -717,21 +722,26 @@ class Reconciler:
             del self._snapshots[old]
         return await asyncio.shield(future)
 
-    async def _hpa_on(self, namespace: str, workload: Workload) -> Hpa | None:
-        """An HPA that scales ``workload`` (the one a team runs today, whose target the
-        shadow HPA takes), if any. Unreadable HPAs leave the shadow at its default. The
-        namespace's HPAs are listed once per reconcile period, for all its pools."""
+    async def _hpas_in(self, namespace: str) -> list[Hpa]:
+        """The namespace's HPAs, listed once per reconcile period for all its pools (none
+        when they cannot be read)."""
         listed = self._hpas.get(namespace)
         if listed is not None and self.clock() - listed[0] < self.interval_seconds:
-            hpas = listed[1]
-        else:
-            try:
-                hpas = await self.kube.list_hpas(namespace)
-            except KubeError:
-                return None
-            self._hpas[namespace] = (self.clock(), hpas)
+            return listed[1]
+        try:
+            hpas = await self.kube.list_hpas(namespace)
+        except KubeError:
+            return []
+        self._hpas[namespace] = (self.clock(), hpas)
+        return hpas
+
+    async def _hpa_on(self, namespace: str, workload: Workload) -> Hpa | None:
+        """An HPA that scales ``workload`` (the one a team runs today, whose target the
+        shadow HPA takes), if any. Unreadable HPAs leave the shadow at its default."""
         found = [
-            h for h in hpas if (h.target_kind, h.target_name) == (workload.kind, workload.name)
+            h
+            for h in await self._hpas_in(namespace)
+            if (h.target_kind, h.target_name) == (workload.kind, workload.name)
         ]
         return min(found, key=lambda h: h.name) if found else None
 

@@ -70,6 +70,7 @@ from prescaler.planning import (
     ScheduledWindow,
     observe_risk,
 )
+from prescaler.scaler import Query
 from prescaler.sources import Snapshot
 from prescaler_forecast import Selection
 
@@ -909,10 +910,24 @@ def keda_status(gathered: Gathered, planned: int, namespace: str, pool: str) -> 
         return None
     workload = gathered.workload
     triggers = keda.triggers_for(namespace, pool)
+    hpa = gathered.keda_hpa
+    query = Query(namespace, pool)
+    metric = (
+        None
+        if hpa is None
+        else any(query.names_hpa_metric(name) for name in hpa.external_metrics)
+    )
     if triggers == 0:
         message = (
             f"ScaledObject {keda.name} has no external trigger with metadata pool: {pool}; "
             "KEDA does not use the plan"
+        )
+    elif metric is False and hpa is not None:
+        message = (
+            f"KEDA's HPA {hpa.name} has no metric {query.metric_name} for this pool's "
+            f"trigger, so the plan ({planned}) scales nothing: KEDA leaves out of its HPA a "
+            "trigger it could not reach when it built it, until the spec of ScaledObject "
+            f"{keda.name} changes; check that KEDA reaches prescaler's scaler"
         )
     elif keda.fallback:
         message = (
@@ -930,6 +945,7 @@ def keda_status(gathered: Gathered, planned: int, namespace: str, pool: str) -> 
         hpa=keda.hpa_name,
         workload_replicas=workload.replicas,
         triggers=triggers,
+        metric=metric,
         active=keda.active,
         fallback=keda.fallback,
         message=message,

@@ -157,6 +157,13 @@ def hpa_from(obj: dict[str, Any]) -> Hpa:
         target_name=ref.get("name", ""),
         min_replicas_writer=field_writer(obj, ("spec", "minReplicas")),
         target_utilization=hpa_target_share(spec.get("metrics"))[0],
+        external_metrics=tuple(
+            str(name)
+            for metric in spec.get("metrics") or ()
+            if isinstance(metric, Mapping)
+            and metric.get("type") == "External"
+            and (name := ((metric.get("external") or {}).get("metric") or {}).get("name"))
+        ),
         scaled_object=next(
             (
                 ref.get("name") or ""

@@ -88,6 +88,9 @@ class Hpa:
     scaled_object: str | None = None
     """The KEDA ScaledObject that owns it (its controlling ``ownerReference``, kind
     ``ScaledObject`` of ``keda.sh``): KEDA writes its bounds, so nobody else may."""
+    external_metrics: tuple[str, ...] = ()
+    """The names of its ``External`` metrics (KEDA's HPA: one per trigger it turned into a
+    metric, ``s<trigger index>-<the scaler's metric name>``)."""
 
 
 KEDA_GROUP = "keda.sh"

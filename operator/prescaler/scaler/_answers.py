@@ -60,6 +60,11 @@ class Query:
         """The metric's name in ``GetMetricSpec`` (KEDA prefixes ``s<trigger index>-``)."""
         return f"{METRIC_PREFIX}{self.pool}"
 
+    def names_hpa_metric(self, name: str) -> bool:
+        """``name`` (an ``External`` metric of KEDA's HPA) is this pool's plan: KEDA named
+        it ``s<trigger index>-`` and :attr:`metric_name`."""
+        return re.fullmatch(rf"s\d+-{re.escape(self.metric_name)}", name) is not None
+
 
 @dataclass(frozen=True, slots=True)
 class Plan:
