@@ -9,6 +9,7 @@ import pytest
 from prescaler.api import (
     InferencePoolSpec,
     InferencePoolStatus,
+    ObjectiveSpec,
     SpecError,
     capacity_model,
     check_spec,
@@ -175,7 +176,7 @@ def test_the_default_objective_is_relative_to_the_hpa_and_a_served_fraction_set_
 
     default = risk_objective(parse_spec(_spec(forecast=FORECAST)))
     assert default.relative
-    assert default.relative_to_hpa == 0.5
+    assert default.relative_to_hpa == ObjectiveSpec.model_fields["relative_to_hpa"].default
     assert default.served_fraction is None
     absolute = risk_objective(
         parse_spec(_spec(forecast=FORECAST, objective={"servedFraction": 0.999}))

@@ -345,6 +345,28 @@ def test_the_relative_objective_targets_a_share_of_what_the_hpa_left_waiting() -
     assert absolute.level_at(0, DAY) == pytest.approx(0.9 + 0.1 * (0.1 - 0.01))
 
 
+def test_the_relative_target_is_the_hpa_s_record_on_the_pool_not_in_the_same_minutes() -> None:
+    """A ramp that catches the HPA out is held to ρ times the HPA's share over recent
+    lookaheads, not to ρ times its share in the ramp: the ramp is where a forecast wins,
+    and a target that gave there as the HPA does left as much waiting there as the HPA."""
+    obj = relative(rho=0.5, floor=0.001, level=0.9, adapt_rate=0.1, memory=1e9)
+    risk = PeakRisk()
+    for k in range(3):  # three calm lookaheads: neither fleet leaves anything waiting
+        risk = hpa_lookahead(risk, obj, 20 * k, 100.0, 200.0, 200.0)
+    assert risk.hpa_share == pytest.approx(0.0)
+    assert risk.target == pytest.approx(0.001)
+    # The ramp: the HPA leaves 40 % waiting, ours 10 %. Its share over the four lookaheads
+    # is 10 %, so the target is 5 % (not 20 %, half of the ramp's own 40 %) and the ramp's
+    # hour's level rises (it falls under a target of 20 %).
+    before = risk.level_at(60, DAY)
+    ramp = hpa_lookahead(risk, obj, 60, 100.0, 90.0, 60.0)
+    assert ramp.hpa_share == pytest.approx(0.1)
+    assert ramp.level_at(60, DAY) == pytest.approx((before or 0) + 0.1 * (0.1 - 0.05))
+    # The restored status goes on from the same record.
+    restored = peak_risk(risk_status(ramp, risk_sizing(ramp, obj), obj))
+    assert restored.hpa_share == pytest.approx(0.1)
+
+
 def test_a_quiet_pool_under_the_relative_objective_gets_cheaper() -> None:
     """Neither fleet leaves anything waiting: the level falls by the floor each time, so
     it is not driven to the top by a target of zero."""

@@ -376,8 +376,15 @@ class RiskStatus(WireModel):
     ``servedFraction`` when the spec sets one."""
     target_waited_fraction: float | None = None
     """The objective's current ``ε``, the share of demand it lets wait, over recent
-    lookaheads (faded like the calibration): ``relativeToHpa`` times what the shadow HPA
-    left waiting, at least ``relativeFloor``; or ``1 - servedFraction``."""
+    lookaheads (faded like the calibration): ``relativeToHpa`` times
+    ``hpaWaitedFraction``, at least ``relativeFloor``; or ``1 - servedFraction``."""
+    hpa_waited_fraction: float | None = None
+    """Share of the demand of recent lookaheads that waited for the shadow HPA (faded like
+    the calibration): the HPA's record on this pool, which a relative ``ε`` is a share of
+    (``null``: no shadow HPA seen yet)."""
+    hpa_demand: float | None = None
+    """The faded demand ``hpaWaitedFraction`` is a share of (the plan's unit summed over
+    observations): how much record it holds."""
     waited_fraction: float | None = None
     """Share of demand that waited in recent lookaheads (faded like the calibration):
     what ``targetWaitedFraction`` is held against."""

@@ -218,6 +218,17 @@ def peak_risk(previous: RiskStatus | None) -> PeakRisk:
     elif previous.quantile is not None:
         # A status from before the hourly levels: its one level in every hour.
         levels = (previous.quantile,) * LEVEL_BUCKETS
+    # The HPA's record (garbage starts it afresh).
+    hpa_share, hpa_demand = previous.hpa_waited_fraction, previous.hpa_demand
+    if not (
+        hpa_share is not None
+        and hpa_demand is not None
+        and math.isfinite(hpa_share)
+        and math.isfinite(hpa_demand)
+        and 0 <= hpa_share <= 1
+        and hpa_demand > 0
+    ):
+        hpa_share, hpa_demand = 0.0, 0.0
     return PeakRisk(
         levels=levels,
         histogram=calibration,
@@ -228,6 +239,8 @@ def peak_risk(previous: RiskStatus | None) -> PeakRisk:
         mean_demand=previous.mean_demand,
         peak_demand=previous.peak_demand,
         target=previous.target_waited_fraction,
+        hpa_waited=hpa_share * hpa_demand,
+        hpa_demand=hpa_demand,
     )
 
 
@@ -289,6 +302,8 @@ def risk_status(
         objective=in_force,
         target_waited_fraction=None if risk.target is None else round(risk.target, 6),
         waited_fraction=None if risk.loss is None else round(risk.loss, 6),
+        hpa_waited_fraction=None if risk.hpa_share is None else round(risk.hpa_share, 8),
+        hpa_demand=round(risk.hpa_demand, 6) if risk.hpa_demand > 0 else None,
         calibration=[round(w, 3) for w in risk.histogram],
         pending=[
             LookaheadStatus(

@@ -34,12 +34,15 @@ not any single forecast point. The risk model sizes it as ``(base + u) × margin
 * ``ε`` is either absolute, ``1 − served fraction``, or relative to what a reactive HPA
   would leave waiting on the same traffic (the default): each lookahead also scores a
   shadow HPA's ready capacity over the same minutes (the operator's ``status.againstHpa``
-  simulation, the backtest's too), and its ``ε`` is ``ρ`` times the share of its demand
-  that waited for the HPA, at least a floor. Where bursts catch the HPA out the level may
-  give as well (its burst costs its size for any causal policy); where the HPA would have
-  kept up, the plan is held to the floor. A quiet pool, on which the HPA leaves nothing
-  waiting, is held to the floor and its level falls, so it does not pay for bursts it
-  never sees.
+  simulation, the backtest's too), and ``ε`` is ``ρ`` times the share of the recent
+  demand that waited for the HPA (over all recent lookaheads, faded like the histogram:
+  the HPA's record on this pool, not in the same minutes), at least a floor. Each
+  lookahead is held to that one ``ε``, the ramps too: a forecast's value is in the ramps
+  that catch the HPA out, and a target that gave there as the HPA does (``ρ`` times the
+  HPA's share in the same minutes) left as much waiting in them as the HPA on the first
+  halves, and no less than the floor bought elsewhere. A quiet pool, on which the HPA
+  leaves nothing waiting, is held to the floor and its level falls, so it does not pay
+  for bursts it never sees.
 
 Everything learned is a value (:class:`PeakRisk`): the operator keeps it in the pool's
 status, so a restarted or failed-over operator plans with the calibration it had, and the
@@ -149,17 +152,15 @@ class RiskObjective:
         """``ε`` follows the shadow HPA (no absolute served fraction)."""
         return self.served_fraction is None
 
-    def target(self, look: Lookahead) -> float:
-        """``ε`` for one ended lookahead: absolute, or ``ρ`` times the share of its demand
-        that waited for the shadow HPA, at least the floor (the floor alone when no HPA
-        was seen in it)."""
+    def target(self, hpa_share: float | None) -> float:
+        """``ε``: absolute, or ``ρ`` times ``hpa_share`` (the share of recent demand that
+        waited for the shadow HPA, :attr:`PeakRisk.hpa_share`), at least the floor (the
+        floor alone before any HPA was seen)."""
         if self.served_fraction is not None:
             return 1.0 - self.served_fraction
         assert self.relative_to_hpa is not None
-        hpa_share = 0.0
-        if look.hpa_seen > 0 and look.demand > 0:
-            hpa_share = look.hpa_waited / look.demand
-        return min(1.0, max(self.relative_floor, self.relative_to_hpa * hpa_share))
+        share = hpa_share if hpa_share is not None and math.isfinite(hpa_share) else 0.0
+        return min(1.0, max(self.relative_floor, self.relative_to_hpa * share))
 
 
 @dataclass(frozen=True, slots=True)
@@ -212,6 +213,17 @@ class PeakRisk:
     target: float | None = None
     """The objective's ``ε`` of recent lookaheads, faded like :attr:`loss`: what the loss
     is held against (``None`` before the first)."""
+    hpa_waited: float = 0.0
+    """The demand that would have waited for the shadow HPA in ended lookaheads, summed and
+    faded like the histogram..."""
+    hpa_demand: float = 0.0
+    """...and their demand (of lookaheads with the HPA seen): :attr:`hpa_share`."""
+
+    @property
+    def hpa_share(self) -> float | None:
+        """The share of recent demand that waited for the shadow HPA (``None``: no HPA seen
+        yet): what a relative objective's ``ε`` is a share of."""
+        return self.hpa_waited / self.hpa_demand if self.hpa_demand > 0 else None
 
     def level_at(self, t: float | None, day: float) -> float | None:
         """``θ`` in the hour of ``t`` in a day of ``day`` seconds (``None``: not adapted yet,
@@ -360,6 +372,7 @@ def observe_risk(
     histogram = list(risk.histogram) or [0.0] * LOG_BINS
     levels = list(risk.levels) if len(risk.levels) == LEVEL_BUCKETS else []
     outcomes, loss, aim = risk.outcomes, risk.loss, risk.target
+    hpa_waited, hpa_demand = risk.hpa_waited, risk.hpa_demand
     fade = 1.0 - 1.0 / objective.memory
     still: list[Lookahead] = []
     learned = False
@@ -400,7 +413,10 @@ def observe_risk(
         histogram[_bin(log_ratio)] += 1.0
         share = look.waited / look.demand if look.demand > 0 else 0.0
         loss = share if loss is None else loss * fade + share * (1.0 - fade)
-        target = objective.target(look)
+        if look.hpa_seen > 0 and look.demand > 0:
+            hpa_waited = hpa_waited * fade + look.hpa_waited
+            hpa_demand = hpa_demand * fade + look.demand
+        target = objective.target(hpa_waited / hpa_demand if hpa_demand > 0 else None)
         aim = target if aim is None else aim * fade + target * (1.0 - fade)
         outcomes += 1
         learned = True
@@ -421,4 +437,6 @@ def observe_risk(
         mean_demand=mean,
         peak_demand=peak,
         target=aim,
+        hpa_waited=hpa_waited,
+        hpa_demand=hpa_demand,
     )
