@@ -96,6 +96,7 @@ def _one_line(exc: TraceError) -> str:
 @example(("servegen", "t_sec,rate_rps,cv\n0,1e308\n600,1e308\n"), None, 1.0)
 @example(("azure", "TIMESTAMP,ContextTokens,GeneratedTokens\n0,0,1e308\n"), None, 1.0)
 @example(("nab", "timestamp,value\n0,1e308\n"), 60.0, 10.0)
+@example(("azure", "TIMESTAMP,ContextTokens,GeneratedTokens\n1e308,0,0\n"), 1.0, 10.0)
 @given(trace_files(), st.sampled_from([None, 60.0, 1.0]), st.sampled_from([1.0, 0.1, 10.0]))
 def test_any_trace_file_loads_clean_or_raises_trace_error(
     file: tuple[str, str], step: float | None, time_scale: float

@@ -292,13 +292,20 @@ def _chunks(path: Path, columns: tuple[str, ...]) -> Iterator[pd.DataFrame]:
         raise TraceError(f"{path}: cannot parse CSV: {str(exc).splitlines()[0]}") from None
 
 
+LATEST_UNIX_SECONDS = 253_402_300_799.0
+"""9999-12-31T23:59:59Z: a later timestamp is garbage (and would overflow the bins)."""
+
+
 def _parse_times(values: pd.Series, path: Path, column: str) -> FloatArray:
     """Unix seconds from unix-second numbers or datetime strings (naive = UTC); a time
-    before 1970 is an error."""
+    before 1970 or after 9999 is an error."""
     seconds = _unix_seconds(values, path, column)
     if (seconds < 0).any():
         bad = values.astype(str).str.strip()[seconds < 0].iloc[0]
         raise TraceError(f"{path}: column {column}: a timestamp before 1970: {bad!r}")
+    if (seconds > LATEST_UNIX_SECONDS).any():
+        bad = values.astype(str).str.strip()[seconds > LATEST_UNIX_SECONDS].iloc[0]
+        raise TraceError(f"{path}: column {column}: a timestamp after 9999: {bad!r}")
     return seconds
 
 
