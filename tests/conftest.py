@@ -36,8 +36,16 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from hypothesis import settings
 
 from cluster.launcher import ClusterConfig, LocalCluster, env_float, wait_default_service_account
+
+# Property tests draw the same examples on every run (a suite that fails on one draw in
+# a hundred stops everything from landing); ``HYPOTHESIS_PROFILE=explore`` draws new ones
+# (a failure found so goes into the test as an ``@example``).
+settings.register_profile("repeatable", derandomize=True)
+settings.register_profile("explore", derandomize=False)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "repeatable"))
 
 
 def _weight(item: pytest.Item) -> int:
