@@ -64,6 +64,9 @@ def test_short_demo_prewarms_for_the_window_and_cleans_up(tmp_path: Path) -> Non
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     # The HPA ran on the same demand through the backtest library.
     assert summary["hpa_gpu_hours"] > 0
+    # ...and the oracle beside it, which knows the demand: never shorter than the HPA.
+    assert summary["oracle_gpu_hours"] > 0
+    assert summary["oracle_unserved"] <= summary["hpa_unserved"]
     # Nothing the demo started is left running.
     assert summary["pids"], "the demo recorded no processes"
     assert [pid for pid in summary["pids"] if _alive(pid)] == []

@@ -94,6 +94,8 @@ class Outcome:
     prescaler_gpu_hours: float | None = None
     hpa_unserved: float | None = None
     hpa_gpu_hours: float | None = None
+    oracle_unserved: float | None = None
+    oracle_gpu_hours: float | None = None
     png: str = ""
     pids: list[int] = field(default_factory=list)
 
@@ -514,6 +516,9 @@ def _report(sc: Scenario, out: Path, result: Outcome, samples: list[Sample], sta
     say(f"   {'':<28}{'unserved demand':>16}{'GPU-hours':>11}")
     say(f"   {'prescaler (measured live)':<28}{unserved:>16.1%}{gpu_hours:>11.2f}")
     say(f"   {'HPA at 70 % (simulated)':<28}{hpa.hpa_unserved:>16.1%}{hpa.hpa_gpu_hours:>11.2f}")
+    result.oracle_unserved, result.oracle_gpu_hours = hpa.oracle_unserved, hpa.oracle_gpu_hours
+    say(f"   {'oracle (knows the future)':<28}{hpa.oracle_unserved:>16.1%}"
+        f"{hpa.oracle_gpu_hours:>11.2f}")  # fmt: skip
     say(f"   unserved: share of arriving requests not served in the {hpa.step_seconds:g} s step "
         "they arrived in (both sides);")  # fmt: skip
     say("   prescaler's GPU-hours include its standby placeholder pods.")

@@ -71,6 +71,10 @@ class Comparison:
     hpa_t: np.ndarray
     hpa_ready: np.ndarray
     hpa_existing: np.ndarray
+    oracle_unserved: float
+    oracle_gpu_hours: float
+    """The backtest's ``oracle`` (knows the future demand) on the same stretch: about the
+    least a fleet that serves it all spends."""
     step_seconds: float = 15.0
     """The simulation's step, on which both sides' unserved share is scored."""
 
@@ -78,7 +82,8 @@ class Comparison:
 def hpa_on_same_demand(sc: Scenario, start: float) -> Comparison:
     """The backtest's ``reactive`` policy (Kubernetes HPA v2 at 70 %) on the live stretch, with
     the same replica capacity, cold start, bounds and starting fleet: the backtest library
-    run on the demo's pool."""
+    run on the demo's pool. Its ``oracle`` runs beside it, as what serving the stretch costs
+    with perfect foresight."""
     o = sc.options
     trace = Trace(start=start, step_seconds=o.seconds_per_step, rps=sc.live_rps.astype(float))
     demand = demand_from_trace(
@@ -93,9 +98,9 @@ def hpa_on_same_demand(sc: Scenario, start: float) -> Comparison:
         initial_replicas=sc.initial_replicas(),
     )
     spec = parse_spec(yaml.safe_load(sc.pool_yaml("http://prometheus:9090", start))["spec"])
-    result = backtest(spec, demand, ["reactive"], config=config, degradation=None).result
-    (run,) = result.runs
-    s = result.scores[run.name]
+    result = backtest(spec, demand, ["reactive", "oracle"], config=config, degradation=None).result
+    (run,) = [r for r in result.runs if r.name == "reactive"]
+    s, oracle = result.scores[run.name], result.scores["oracle"]
     # One more point at the end, so the last step is drawn over its whole width.
     n = len(run.ready_per_step)
     t = demand.start + np.arange(n + 1) * config.step_seconds
@@ -107,6 +112,8 @@ def hpa_on_same_demand(sc: Scenario, start: float) -> Comparison:
         hpa_t=t,
         hpa_ready=np.append(run.ready_per_step, run.ready_per_step[-1:]),
         hpa_existing=np.append(run.existing_per_step, run.existing_per_step[-1:]),
+        oracle_unserved=oracle.unserved_token_fraction,
+        oracle_gpu_hours=oracle.gpu_hours,
         step_seconds=config.step_seconds,
     )
 

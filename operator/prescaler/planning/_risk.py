@@ -187,6 +187,11 @@ class Lookahead:
     """Observations in it with the shadow HPA's capacity known."""
 
 
+def _share(waited: float, demand: float) -> float | None:
+    """The share of ``demand`` that waited (``None``: no demand)."""
+    return waited / demand if demand > 0 else None
+
+
 @dataclass(frozen=True, slots=True)
 class PeakRisk:
     """What the risk model has learned: the level, the calibration set and what is pending."""
@@ -223,7 +228,7 @@ class PeakRisk:
     def hpa_share(self) -> float | None:
         """The share of recent demand that waited for the shadow HPA (``None``: no HPA seen
         yet): what a relative objective's ``ε`` is a share of."""
-        return self.hpa_waited / self.hpa_demand if self.hpa_demand > 0 else None
+        return _share(self.hpa_waited, self.hpa_demand)
 
     def level_at(self, t: float | None, day: float) -> float | None:
         """``θ`` in the hour of ``t`` in a day of ``day`` seconds (``None``: not adapted yet,
@@ -416,7 +421,7 @@ def observe_risk(
         if look.hpa_seen > 0 and look.demand > 0:
             hpa_waited = hpa_waited * fade + look.hpa_waited
             hpa_demand = hpa_demand * fade + look.demand
-        target = objective.target(hpa_waited / hpa_demand if hpa_demand > 0 else None)
+        target = objective.target(_share(hpa_waited, hpa_demand))
         aim = target if aim is None else aim * fade + target * (1.0 - fade)
         outcomes += 1
         learned = True
