@@ -381,6 +381,49 @@ def headline_section(results: list[tuple[str, int, list[Point], Path]]) -> str:
     return "\n".join(lines) + "\n"
 
 
+PREDICTIVE = ("predictive", "predictive (served)")
+"""prescaler's own sweeps: ``relativeToHpa`` (the default objective) and ``servedFraction``."""
+
+
+def objectives_section(results: list[tuple[str, int, list[Point], Path]]) -> str:
+    """Every swept objective as a default would be judged: over the traces (the mean of
+    the unserved ratios, GPU-hours summed) and each trace's frontier ratio."""
+    names = [name for name, cold, _, _ in results if cold == results[0][1]]
+    lines = [
+        "| objective | cold start | unserved ÷ HPA (mean) | GPU-h ÷ HPA (summed) | "
+        + " | ".join(f"frontier ratio: {n.split(' ')[0]}" for n in names)
+        + " |",
+        "|---|---|---:|---:|" + "---:|" * len(names),
+    ]
+    knobs = [
+        (p.policy, p.knob, p.value, p.default) for p in results[0][2] if p.policy in PREDICTIVE
+    ]
+    for cold in sorted({c for _, c, _, _ in results}):
+        mine = [pts for _, c, pts, _ in results if c == cold]
+        for policy, knob, value, default in knobs:
+            ratios: list[float] = []
+            own_gpu = hpa_gpu = 0.0
+            frontier: list[str] = []
+            for pts in mine:
+                hpa = next(p for p in pts if p.policy == "reactive" and p.default)
+                d = next(p for p in pts if (p.policy, p.knob, p.value) == (policy, knob, value))
+                if hpa.unserved > 0:
+                    ratios.append(d.unserved / hpa.unserved)
+                own_gpu += d.gpu_hours
+                hpa_gpu += hpa.gpu_hours
+                on_hpa = curve_at(pts, "reactive", d.gpu_hours)
+                frontier.append(
+                    _fmt(d.unserved / on_hpa if on_hpa else None).replace(
+                        "out of the swept range", "–"
+                    )
+                )
+            label = f"{knob} {value:g}" + (" (default)" if default else "")
+            mean = f"{sum(ratios) / len(ratios):.2f}" if ratios else "n/a"
+            row = f"| {label} | {cold} s | {mean} | {own_gpu / hpa_gpu:.3f} | "
+            lines.append(row + " | ".join(frontier) + " |")
+    return "\n".join(lines) + "\n"
+
+
 def section(results: list[tuple[str, int, list[Point], Path]]) -> str:
     lines = [
         "| trace | cold start | (a) GPU-h to match the HPA's unserved ÷ HPA | "
@@ -398,6 +441,12 @@ def section(results: list[tuple[str, int, list[Point], Path]]) -> str:
             f"| {d.gpu_hours / hpa.gpu_hours:.3f} |"
         )
     out = [headline_section(results), "\n".join(lines), ""]
+    out.append(
+        "Each swept objective of prescaler's, judged as a default would be (– : outside the "
+        "HPA's swept curve):"
+    )
+    out.append("")
+    out.append(objectives_section(results))
     out.append(
         f"Unserved tokens ÷ the HPA's at {TARGET_GPU:g} × the HPA's GPU-hours (the target is "
         "0.7 × or less), per policy:"
@@ -493,12 +542,22 @@ def main() -> int:
         action="store_true",
         help="replay the parts the defaults were chosen on (prints only)",
     )
+    parser.add_argument(
+        "--points",
+        type=Path,
+        help=f"the swept points: written by any replay, read by --from-points (default: "
+        f"{POINTS.relative_to(ROOT)}, written by a whole run only); several files are merged",
+        nargs="+",
+    )
     args = parser.parse_args()
     whole = args.only is None and args.cold is None and not args.first_halves
     swept: list[tuple[str, int, list[Point]]] = []
     if args.from_points:
-        for run in json.loads(POINTS.read_text()):
-            swept.append((run["trace"], run["cold"], [Point(**p) for p in run["points"]]))
+        for path in args.points or [POINTS]:
+            swept.extend(
+                (run["trace"], run["cold"], [Point(**p) for p in run["points"]])
+                for run in json.loads(path.read_text())
+            )
     else:
         traces = Path(tempfile.mkdtemp(prefix="prescaler-traces-"))
         runs = {
@@ -510,11 +569,13 @@ def main() -> int:
                 continue
             for cold in args.cold or COLD_STARTS:
                 swept.append((name, cold, sweep(name, trace_args, cold)))
-        if whole:
+        if whole or args.points:
             runs_json = [
                 {"trace": n, "cold": c, "points": [asdict(p) for p in pts]} for n, c, pts in swept
             ]
-            POINTS.write_text(json.dumps(runs_json, indent=1) + "\n")
+            (args.points[0] if args.points else POINTS).write_text(
+                json.dumps(runs_json, indent=1) + "\n"
+            )
     results = []
     for name, cold, points in swept:
         where = Path(tempfile.mkdtemp(prefix="prescaler-plots-")) if args.first_halves else PLOTS
@@ -523,7 +584,7 @@ def main() -> int:
         results.append((name, cold, points, path))
     text = section(results)
     print(text)
-    if not args.no_readme and (whole or args.from_points):
+    if not args.no_readme and (whole or (args.from_points and not args.points)):
         write_readme(text)
     return 0
 
