@@ -576,15 +576,16 @@ def main() -> int:
             (args.points[0] if args.points else POINTS).write_text(
                 json.dumps(runs_json, indent=1) + "\n"
             )
+    own = whole or (args.from_points and not args.points)  # the stored held-out run
     results = []
     for name, cold, points in swept:
-        where = Path(tempfile.mkdtemp(prefix="prescaler-plots-")) if args.first_halves else PLOTS
+        where = PLOTS if own else Path(tempfile.mkdtemp(prefix="prescaler-plots-"))
         path = where / (name.split(" ")[0] + f"-{cold}.png")
         plot(name, cold, points, path)
         results.append((name, cold, points, path))
     text = section(results)
     print(text)
-    if not args.no_readme and (whole or (args.from_points and not args.points)):
+    if not args.no_readme and own:
         write_readme(text)
     return 0
 
