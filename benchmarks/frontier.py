@@ -215,7 +215,7 @@ def _interp(x: np.ndarray, y: np.ndarray, at: float) -> float | None:
 def headline(points: list[Point]) -> tuple[float | None, float | None]:
     """(a) GPU-hours predictive needs for the HPA's unserved fraction / the HPA's, and
     (b) predictive's unserved fraction at the HPA's GPU-hours / the HPA's."""
-    hpa = next(p for p in points if p.policy == "reactive" and p.default)
+    hpa = hpa_point(points)
     pred = sorted((p for p in points if p.policy == "predictive"), key=lambda p: p.gpu_hours)
     gpu = np.array([p.gpu_hours for p in pred])
     uns = np.array([p.unserved for p in pred])
@@ -257,7 +257,7 @@ class Headline:
 
 
 def default_headline(points: list[Point]) -> Headline:
-    hpa = next(p for p in points if p.policy == "reactive" and p.default)
+    hpa = hpa_point(points)
     d = next(p for p in points if p.policy == "predictive" and p.default)
     half = next(p for p in points if p.policy == "reactive" and p.value == min(HPA_TARGETS))
     on_hpa = curve_at(points, "reactive", d.gpu_hours)
@@ -279,7 +279,7 @@ def at_gpu(points: list[Point], policy: str, share: float = TARGET_GPU) -> float
     """``policy``'s unserved fraction at ``share`` x the HPA's GPU-hours, / the HPA's
     unserved fraction (``None`` outside the swept range or when the HPA left none). When
     every swept point is cheaper than that, the dearest point's: an upper bound."""
-    hpa = next(p for p in points if p.policy == "reactive" and p.default)
+    hpa = hpa_point(points)
     own = sorted((p for p in points if p.policy == policy), key=lambda p: p.gpu_hours)
     at = _interp(
         np.array([p.gpu_hours for p in own]),
@@ -322,7 +322,7 @@ def plot(name: str, cold: int, points: list[Point], path: Path) -> None:
                     markersize=16,
                     markeredgecolor="black",
                 )
-    hpa = next(p for p in points if p.policy == "reactive" and p.default)
+    hpa = hpa_point(points)
     if hpa.unserved > 0:  # the target: at most 0.7 x its unserved at TARGET_GPU x its cost
         ax.fill_between(
             [ax.get_xlim()[0], TARGET_GPU * hpa.gpu_hours / oracle],
@@ -365,20 +365,31 @@ def headline_section(results: list[tuple[str, int, list[Point], Path]]) -> str:
         )
     for cold in sorted({c for _, c, _, _ in results}):
         mine = [pts for _, c, pts, _ in results if c == cold]
-        ratios = [default_headline(pts).unserved for pts in mine]
-        known = [r for r in ratios if r is not None]
-        hpa_gpu = sum(
-            next(p for p in pts if p.policy == "reactive" and p.default).gpu_hours for pts in mine
+        mean, gpu = over_traces(
+            [
+                (hpa_point(pts), next(p for p in pts if p.policy == "predictive" and p.default))
+                for pts in mine
+            ]
         )
-        own_gpu = sum(
-            next(p for p in pts if p.policy == "predictive" and p.default).gpu_hours for pts in mine
-        )
-        mean = f"{sum(known) / len(known):.2f}" if known else "n/a"
         lines.append(
             f"| **all traces** (mean of the unserved ratios, GPU-hours summed) | {cold} s "
-            f"| {mean} | {own_gpu / hpa_gpu:.3f} | | |"
+            f"| {mean} | {gpu:.3f} | | |"
         )
     return "\n".join(lines) + "\n"
+
+
+def hpa_point(points: list[Point]) -> Point:
+    """The HPA at its default target: what every ratio is of."""
+    return next(p for p in points if p.policy == "reactive" and p.default)
+
+
+def over_traces(pairs: list[tuple[Point, Point]]) -> tuple[str, float]:
+    """Over ``(HPA, policy)`` points of several traces: the mean of the unserved ratios
+    (traces where the HPA left nothing unserved left out; ``n/a`` if all are) and the
+    GPU-hours summed, ÷ the HPA's."""
+    ratios = [d.unserved / hpa.unserved for hpa, d in pairs if hpa.unserved > 0]
+    mean = f"{sum(ratios) / len(ratios):.2f}" if ratios else "n/a"
+    return mean, sum(d.gpu_hours for _, d in pairs) / sum(hpa.gpu_hours for hpa, _ in pairs)
 
 
 PREDICTIVE = ("predictive", "predictive (served)")
@@ -401,25 +412,18 @@ def objectives_section(results: list[tuple[str, int, list[Point], Path]]) -> str
     for cold in sorted({c for _, c, _, _ in results}):
         mine = [pts for _, c, pts, _ in results if c == cold]
         for policy, knob, value, default in knobs:
-            ratios: list[float] = []
-            own_gpu = hpa_gpu = 0.0
-            frontier: list[str] = []
-            for pts in mine:
-                hpa = next(p for p in pts if p.policy == "reactive" and p.default)
-                d = next(p for p in pts if (p.policy, p.knob, p.value) == (policy, knob, value))
-                if hpa.unserved > 0:
-                    ratios.append(d.unserved / hpa.unserved)
-                own_gpu += d.gpu_hours
-                hpa_gpu += hpa.gpu_hours
+            swept = (policy, knob, value)
+            pairs = [
+                (hpa_point(pts), next(p for p in pts if (p.policy, p.knob, p.value) == swept))
+                for pts in mine
+            ]
+            mean, gpu = over_traces(pairs)
+            frontier = []
+            for pts, (_, d) in zip(mine, pairs, strict=True):
                 on_hpa = curve_at(pts, "reactive", d.gpu_hours)
-                frontier.append(
-                    _fmt(d.unserved / on_hpa if on_hpa else None).replace(
-                        "out of the swept range", "–"
-                    )
-                )
+                frontier.append("–" if not on_hpa else f"{d.unserved / on_hpa:.2f}")
             label = f"{knob} {value:g}" + (" (default)" if default else "")
-            mean = f"{sum(ratios) / len(ratios):.2f}" if ratios else "n/a"
-            row = f"| {label} | {cold} s | {mean} | {own_gpu / hpa_gpu:.3f} | "
+            row = f"| {label} | {cold} s | {mean} | {gpu:.3f} | "
             lines.append(row + " | ".join(frontier) + " |")
     return "\n".join(lines) + "\n"
 
@@ -433,7 +437,7 @@ def section(results: list[tuple[str, int, list[Point], Path]]) -> str:
     ]
     for name, cold, points, _ in results:
         a, b = headline(points)
-        hpa = next(p for p in points if p.policy == "reactive" and p.default)
+        hpa = hpa_point(points)
         d = next(p for p in points if p.policy == "predictive" and p.default)
         ratio = d.unserved / hpa.unserved if hpa.unserved > 0 else math.inf
         lines.append(
@@ -475,7 +479,7 @@ def section(results: list[tuple[str, int, list[Point], Path]]) -> str:
     )
     out.append("|---|---|---:|---:|---:|---:|---:|")
     for name, cold, points, _ in results:
-        hpa = next(p for p in points if p.policy == "reactive" and p.default)
+        hpa = hpa_point(points)
         k = next(p for p in points if p.policy == "keda" and p.default)
         d = next(p for p in points if p.policy == "predictive" and p.default)
         on_hpa = curve_at(points, "reactive", k.gpu_hours)
