@@ -360,6 +360,10 @@ def test_prescaler_run_serves_the_scaler_over_mutual_tls(
             return grpc.StatusCode.OK
 
     with operator_process(cluster, namespace, tmp_path / "operator.log", extra_args=flags):
+        # The plan first: a pod that no node takes yet (a worker's earlier test may still be
+        # releasing its GPUs) holds the plan at the Deployment's 1, and that is what the
+        # scaler would rightly serve.
+        wait_for(lambda: k.status("chat").get("desiredReplicas") == 2, 120, "the plan of 2")
         assert wait_for(lambda: asyncio.run(plan()), 120, "the scaler to answer the plan") == [2]
         assert asyncio.run(without_client_certificate()) == grpc.StatusCode.UNAVAILABLE
     assert k.deployment("llm").spec.replicas == 1
