@@ -10,13 +10,15 @@ or default was tuned on: the second half of ServeGen, NAB's last 28 days) once p
 value, in-process through the same code ``prescaler backtest`` runs (its ``prepare``, and
 ``prescaler.backtest.build_policies`` on the flags' spec and options):
 
-* reactive: the HPA target, 0.5 to 0.9 (0.7 is the brief's baseline);
+* reactive: the HPA target, 0.5 to 0.9, densest around 0.7 (the brief's baseline);
 * persistence: ``k`` x the demand seen now;
 * predictive: its objective knob, ``spec.objective.relativeToHpa`` (the share of what a
   reactive HPA would leave waiting that the plan may leave), the product's defaults
   otherwise (the default point is the spec's own); and, as ``predictive (served)``, the
-  absolute alternative ``spec.objective.servedFraction``. Forecasts do not depend on
-  these knobs, so they are computed once per trace and replayed for every value;
+  absolute alternative ``spec.objective.servedFraction``; and, as ``predictive (floor)``,
+  the relative objective's floor ``spec.objective.relativeFloor`` below its default (the
+  floor decides wherever a fifth of the HPA's waited share is smaller). Forecasts do not
+  depend on these knobs, so they are computed once per trace and replayed for every value;
 * smoothed-oracle: ``k`` x the future's centred 31-minute mean (the predictable-part bound).
 
 Besides the shared traces it replays two generated minute-level traces
@@ -97,11 +99,18 @@ FIRST_HALVES: dict[str, list[str]] = {
 replayed after its first)."""
 COLD_STARTS = (240, 600)
 
-HPA_TARGETS = (0.5, 0.6, 0.7, 0.8, 0.9)
+HPA_TARGETS = (0.5, 0.55, 0.6, 0.65, 0.675, 0.7, 0.725, 0.75, 0.8, 0.85, 0.9)
+"""The HPA's curve, dense around its default (0.7): unserved tokens fall by orders of
+magnitude between 0.8 and 0.6, and a straight line between far-apart targets lies above
+the curve, which would flatter any point read against it."""
+KEDA_TARGETS = (0.5, 0.6, 0.7, 0.8, 0.9)
 PERSISTENCE_K = (1.1, 1.2, 1.3, 1.4, 1.6, 1.8)
 SMOOTHED_K = (1.0, 1.1, 1.2, 1.3, 1.4, 1.6)
 SERVED = (0.99, 0.999, 0.9995, 0.9999, 0.99995)
 RELATIVE = (0.2, 0.35, 0.5, 0.7, 1.0)
+FLOORS = (0.0001, 0.0003, 0.001, 0.003)
+"""``relativeFloor`` values at the default ``relativeToHpa`` (the default floor's point is
+the default point, kept in the ``predictive`` series)."""
 TARGET_GPU = 0.95
 """The target's GPU-hours, as a share of the HPA's (its unserved target is 0.7 x the HPA's)."""
 
@@ -193,14 +202,31 @@ def sweep(name: str, trace_args: list[str], cold: int) -> list[Point]:
         policy = replace(policy, forecaster=CachedForecaster(policy.forecaster, store))
         r = replay(policy)
         points.append(Point("predictive (served)", "served", f, False, *r))
+    points += floor_points(one, replay, store)
     # KEDA: the default plan as an external trigger beside a reactive one, the reactive
     # trigger's target swept (one HPA, the larger recommendation wins).
-    for t in HPA_TARGETS:
+    for t in KEDA_TARGETS:
         planned = one("predictive", [])
         planned = replace(planned, forecaster=CachedForecaster(planned.forecaster, store))
         r = replay(KedaPolicy(planned, reactive_policy(prep.config, t)))
         points.append(Point("keda", "target", t, t == 0.7, *r))
     print(f"{name} {cold}s: {time.perf_counter() - started:.0f} s", file=sys.stderr)
+    return points
+
+
+def floor_points(one: Any, replay: Any, store: dict[int, Any]) -> list[Point]:
+    """The ``predictive (floor)`` series: ``relativeFloor`` swept at the default
+    ``relativeToHpa`` (its default value left out: that is the default point)."""
+    from prescaler.api import ObjectiveSpec
+
+    default_floor = ObjectiveSpec.model_fields["relative_floor"].default
+    points = []
+    for f in FLOORS:
+        if f == default_floor:
+            continue
+        policy = one("predictive", ["--relative-floor", str(f)])
+        policy = replace(policy, forecaster=CachedForecaster(policy.forecaster, store))
+        points.append(Point("predictive (floor)", "floor", f, False, *replay(policy)))
     return points
 
 
@@ -304,6 +330,7 @@ def plot(name: str, cold: int, points: list[Point], path: Path) -> None:
         "persistence": ("tab:gray", "s"),
         "predictive": ("tab:blue", "D"),
         "predictive (served)": ("tab:cyan", "d"),
+        "predictive (floor)": ("tab:olive", "P"),
         "keda": ("tab:purple", "v"),
         "smoothed-oracle": ("tab:green", "^"),
     }
@@ -392,8 +419,9 @@ def over_traces(pairs: list[tuple[Point, Point]]) -> tuple[str, float]:
     return mean, sum(d.gpu_hours for _, d in pairs) / sum(hpa.gpu_hours for hpa, _ in pairs)
 
 
-PREDICTIVE = ("predictive", "predictive (served)")
-"""prescaler's own sweeps: ``relativeToHpa`` (the default objective) and ``servedFraction``."""
+PREDICTIVE = ("predictive", "predictive (served)", "predictive (floor)")
+"""prescaler's own sweeps: ``relativeToHpa`` (the default objective), ``servedFraction`` and
+``relativeFloor``."""
 
 
 def objectives_section(results: list[tuple[str, int, list[Point], Path]]) -> str:

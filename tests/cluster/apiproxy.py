@@ -42,6 +42,8 @@ from aiohttp import web
 HOP_BY_HOP = frozenset(
     {"connection", "keep-alive", "transfer-encoding", "content-length", "host", "upgrade"}
 )
+TLS_CLOSE_GRACE_SECONDS = 0.25
+"""How long a stop lets closing TLS transports finish."""
 POLL_SECONDS = 0.2
 """How often a relayed stream looks for a drop rule that should cut it."""
 REASONS = {
@@ -234,6 +236,9 @@ class ApiProxy:
             await self._runner.cleanup()
         if self._session is not None:
             await self._session.close()
+        # The upstream TLS transports of streams cut at the cleanup (a watch still open)
+        # finish closing only in later turns of the loop (aiohttp's graceful shutdown).
+        await asyncio.sleep(TLS_CLOSE_GRACE_SECONDS)
 
     def _take(self, method: str, path: str, watch: bool, action: str | None = None) -> Rule | None:
         with self._lock:

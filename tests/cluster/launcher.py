@@ -67,6 +67,7 @@ rules:
 PORT_ATTEMPTS = 3
 """Start-ups tried when a component finds its port taken (picked free, then bound)."""
 
+
 @dataclass(frozen=True)
 class GpuNodePool:
     """A group of identical fake GPU nodes."""

@@ -201,7 +201,7 @@ def test_a_pool_deleted_while_the_watch_was_down_is_never_acted_on_again(
         gap.lifted = True
         wait_for(lambda: gone_rule.exhausted, 60, "the watch to resume, and be told 410 Gone")
         wait_for(lambda: last("quiet") is None, 60, "the relist to end quiet's loop")
-        assert len(_own_pool_lists(api_proxy)) > lists, "the sweep's own list ended it"
+        assert len(_own_pool_lists(api_proxy)) > lists, "the relist ended it"
         ended = time.monotonic()
         kept = last("keep") or 0.0
         wait_for(lambda: ticked("keep", kept), 60, "keep reconciled again after the relist")
@@ -230,7 +230,7 @@ def test_a_pool_deleted_while_the_watch_was_down_is_never_acted_on_again(
 
 
 def _own_pool_lists(proxy: ApiProxy) -> list[Any]:
-    """The operator's own lists of pools (paged, unlike kopf's listing)."""
+    """The operator's own lists of pools (its watch streams page them)."""
     return [
         s
         for s in proxy.seen()

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from prescaler.controller.loops import Loops, Sweep, random_spread
+from prescaler.controller.loops import Loops, random_spread
 from prescaler.kube import KubeError
 
 
@@ -317,123 +317,6 @@ def test_a_tick_can_end_its_own_loop_with_discard() -> None:
         assert "pool" not in loops
         assert vt.sleeping == 0
         loops.discard("pool")  # twice: nothing to do
-        await loops.close()
-
-    run(scenario)
-
-
-def _sweep(
-    vt: VirtualTime, loops: Loops[Any], present: dict[str | None, set[str]], gone: list[Any]
-) -> tuple[Sweep[Any], list[str | None]]:
-    listed: list[str | None] = []
-
-    async def list_uids(scope: str | None) -> set[str]:
-        listed.append(scope)
-        answer = present.get(scope)
-        if answer is None:
-            raise ConnectionError("the API server is away")
-        return set(answer)
-
-    sweep = Sweep(
-        loops,
-        uid_of=lambda value: value["uid"],
-        scope_of=lambda value: value["ns"],
-        list_uids=list_uids,
-        gone=gone.append,
-        quiet=2.0,
-        clock=vt.clock,
-        sleep=vt.sleep,
-    )
-    return sweep, listed
-
-
-def test_a_sweep_after_a_quiet_listing_ends_the_loops_of_objects_the_list_lacks() -> None:
-    async def scenario(vt: VirtualTime) -> None:
-        ticks: list[str] = []
-
-        async def tick(value: Any) -> None:
-            ticks.append(value["uid"])
-
-        loops = _loops(vt, tick, interval=100.0)
-        pools = {
-            "a": {"ns": "one", "uid": "a"},
-            "b": {"ns": "one", "uid": "b"},
-            "c": {"ns": "two", "uid": "c"},
-        }
-        for key, value in pools.items():
-            loops.feed(key, value)
-        gone: list[Any] = []
-        # "b" was deleted while the watch was down: the relist does not have it.
-        sweep, listed = _sweep(vt, loops, {"one": {"a"}, "two": {"c"}}, gone)
-        sweep.listed()  # the relist delivers "a", then "c" a second later
-        await vt.advance(1.0)
-        sweep.listed()
-        await vt.advance(2.9)
-        assert listed == []  # not while the listing still delivers
-        await vt.advance(3.0)
-        assert sorted(listed, key=str) == ["one", "two"]  # one list per namespace
-        assert gone == [pools["b"]]
-        assert sorted(key for key, _ in loops.items()) == ["a", "c"]
-        assert sweep.swept == 1
-        await vt.advance(250.0)
-        assert "b" not in ticks
-        assert ticks.count("a") == 3
-        await sweep.close()
-        await loops.close()
-
-    run(scenario)
-
-
-def test_a_failed_list_ends_no_loop_and_is_retried() -> None:
-    async def scenario(vt: VirtualTime) -> None:
-        async def tick(_: Any) -> None:
-            pass
-
-        loops = _loops(vt, tick, interval=100.0)
-        loops.feed("a", {"ns": None, "uid": "a"})
-        loops.feed("b", {"ns": None, "uid": "b"})
-        present: dict[str | None, set[str]] = {}
-        gone: list[Any] = []
-        sweep, listed = _sweep(vt, loops, present, gone)
-        sweep.listed()
-        await vt.advance(2.0)
-        assert listed == [None]  # cluster-wide, and it failed: nothing ends
-        assert sorted(key for key, _ in loops.items()) == ["a", "b"]
-        assert gone == []
-        present[None] = {"a"}
-        await vt.advance(4.0)
-        assert listed == [None, None]
-        assert gone == [{"ns": None, "uid": "b"}]
-        assert [key for key, _ in loops.items()] == ["a"]
-        await sweep.close()
-        await loops.close()
-
-    run(scenario)
-
-
-def test_a_sweep_keeps_loops_started_after_its_list_began() -> None:
-    async def scenario(vt: VirtualTime) -> None:
-        async def tick(_: Any) -> None:
-            pass
-
-        loops = _loops(vt, tick, interval=100.0)
-        loops.feed("a", {"ns": "one", "uid": "a"})
-        gone: list[Any] = []
-
-        async def list_uids(scope: str | None) -> set[str]:
-            loops.feed("new", {"ns": "one", "uid": "new"})  # created as the list runs
-            return {"a"}
-
-        sweep = Sweep(
-            loops,
-            uid_of=lambda value: value["uid"],
-            scope_of=lambda value: value["ns"],
-            list_uids=list_uids,
-            gone=gone.append,
-        )
-        assert await sweep.sweep() == 0
-        assert "new" in loops
-        assert gone == []
         await loops.close()
 
     run(scenario)

@@ -9,8 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 import kopf
 
-from prescaler.api import GROUP, PLURAL, VERSION
-from prescaler.controller.loops import Loops, Sweep
+from prescaler.controller.loops import Loops
 from prescaler.controller.model import (
     PoolGone,
     PoolObject,
@@ -18,7 +17,13 @@ from prescaler.controller.model import (
     target_claims,
     target_owner,
 )
-from prescaler.controller.watch import Leave, ShardWatch, StreamFactory
+from prescaler.controller.watch import (
+    OLD_FINALIZER,
+    Leave,
+    PoolWatch,
+    ShardWatch,
+    StreamFactory,
+)
 from prescaler.kube import KubeError
 
 if TYPE_CHECKING:
@@ -27,8 +32,8 @@ if TYPE_CHECKING:
     from prescaler.controller.shards import ShardGate
 
 Claims = Mapping[Any, Collection[TargetClaim]]
-"""Target -> the claims of the pools on it: kopf's index of every pool, or (with shards)
-the watch's of the pools of the shards served here (all the pools on their targets)."""
+"""Target -> the claims of the pools on it, kept by the pools' watch: of every watched pool,
+or (with shards) of the pools on the targets of the shards served here."""
 Seen = tuple[Mapping[str, Any], Claims]
 """What a pool's loop ticks with: its latest body and the claims on its targets."""
 
@@ -64,9 +69,9 @@ def _key(body: Mapping[str, Any]) -> str:
 def configure_kopf(kopf_settings: kopf.OperatorSettings, namespaces: Sequence[str] = ()) -> None:
     """Keep kopf's own marks on our objects to what it needs, under our own prefix, and its
     API calls to what the Helm chart's RBAC grants."""
-    # No handler needs a finalizer (kopf adds one only for timers, daemons and on.delete).
-    # Named, so that kopf takes off the one an older operator version put on a pool.
-    kopf_settings.persistence.finalizer = "prescaler.io/finalizer"
+    # No handler needs a finalizer (kopf adds one only for timers, daemons and on.delete),
+    # and kopf watches no pool: the pools' watch takes off the one older versions put on.
+    kopf_settings.persistence.finalizer = OLD_FINALIZER
     kopf_settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(
         prefix="prescaler.io"
     )
@@ -90,7 +95,8 @@ def register(
     namespaces: Sequence[str] = (),
     prewarmer: Prewarmer | None = None,
     shards: ShardGate | None = None,
-    streams: StreamFactory | None = None,
+    *,
+    streams: StreamFactory,
 ) -> None:
     """Register the handlers of one operator run on ``registry``: ``reconciler`` serves
     every pool once per ``interval`` seconds, while ``is_leader()`` (if given) says this
@@ -99,9 +105,12 @@ def register(
     the watched names or kopf patterns (empty: cluster-wide). ``prewarmer`` (if given)
     sees every pod event in them: it decides which pods to warm, and acts if leader.
 
-    With ``shards`` and ``streams``, the pools are not watched by kopf but by a
-    :class:`~prescaler.controller.watch.ShardWatch` over ``streams``: only those of the
-    shards this replica serves, selected by label on the API server."""
+    The pools are not watched by kopf but over ``streams`` (list-and-watch streams): every
+    watched pool (:class:`~prescaler.controller.watch.PoolWatch`), or with ``shards`` only
+    those of the shards this replica serves, selected by label on the API server
+    (:class:`~prescaler.controller.watch.ShardWatch`). Both keep the claims on each target
+    from their own streams: kopf's index would hold every handler until every pool was
+    indexed, at a cost quadratic in the pools."""
 
     @kopf.on.login(registry=registry)
     def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
@@ -113,15 +122,15 @@ def register(
     def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
         configure_kopf(settings, namespaces)
 
-    # Each pool's own reconcile loop (controller/loops.py), fed by raw watch events. Not a
+    # Each pool's own reconcile loop (controller/loops.py), fed by the pools' watch. Not a
     # kopf timer: kopf puts a finalizer on every object a timer serves, so a pool, or its
     # namespace, could not be deleted while no operator ran.
     async def reconcile(seen: Seen) -> None:
         body, claims = seen
         if is_leader is not None and not is_leader():
             return  # a standby replica: no reads, no writes
-        if watch is not None and not watch.ready(body):
-            return  # a shard it touches is not listed yet: claims on its targets unknown
+        if not watch.ready(body):
+            return  # a stream it needs has not listed yet: claims on its targets unknown
         keys, me = target_claims(body)
         owner = next(
             (o for key in keys if (o := target_owner(me, claims.get(key, []))) is not None), None
@@ -145,70 +154,20 @@ def register(
         if shards is not None:
             shards.forget(pool)
 
-    async def list_uids(namespace: str | None) -> set[str]:
-        return await reconciler.kube.list_custom_object_uids(GROUP, VERSION, PLURAL, namespace)
-
     loops: Loops[Seen] = Loops(interval, reconcile, name="reconcile of pool", expected=(KubeError,))
-    # A pool deleted while the watch was down sends no DELETED event: after a relist, the
-    # loops of pools the API server no longer has end.
-    sweep = Sweep(
-        loops,
-        uid_of=lambda seen: str(seen[0]["metadata"]["uid"]),
-        scope_of=lambda seen: str(seen[0]["metadata"]["namespace"]) if namespaces else None,
-        list_uids=list_uids,
-        gone=gone,
-    )
-    watch: ShardWatch | None = None
-    if shards is not None and streams is not None:
+    watch: ShardWatch | PoolWatch
+    if shards is not None:
         watch = _shard_watch(shards, reconciler, loops, interval, namespaces, streams)
-
-        @kopf.on.startup(registry=registry)
-        async def watch_shards(**_: Any) -> None:  # on the event loop: streams hand to it
-            if watch is not None:
-                watch.start()
-
     else:
-        if shards is not None:
-            gate = shards
+        watch = _pool_watch(reconciler, loops, gone, namespaces, streams)
 
-            def taken_over(gained: frozenset[int]) -> None:
-                # Spread a little: a shard's pools do not all tick at once.
-                spread = min(interval / 8, KICK_SPREAD_SECONDS)
-                loops.kick(lambda seen: gate.shard_of_body(seen[0]) in gained, within=spread)
-
-            gate.on_gained = taken_over
-
-        # Which pools claim which target, kept from the watch stream (no extra API calls).
-        # The id names the kwarg the index arrives as (a nested function's default is its
-        # qualname).
-        @kopf.index(GROUP, VERSION, PLURAL, registry=registry, id="pools_by_target")
-        def pools_by_target(body: kopf.Body, **_: Any) -> dict[Any, TargetClaim]:
-            keys, claim = target_claims(body)
-            return dict.fromkeys(keys, claim)
-
-        events = reconciler.metrics.pool_watch_events.labels("all")
-
-        # A raw watch event, not on.delete: no finalizer, diffbase or progress annotations.
-        @kopf.on.event(GROUP, VERSION, PLURAL, registry=registry)
-        async def follow(type: str | None, body: kopf.Body, **kwargs: Any) -> None:
-            events.inc()
-            key = _key(body)
-            if type is None and key in loops:  # a relist (after a watch gap), not the first
-                sweep.listed()
-            if type != "DELETED" and not body["metadata"].get("deletionTimestamp"):
-                loops.feed(key, (body, kwargs["pools_by_target"]))
-                if shards is not None:
-                    shards.observe(body)  # which workloads its pool scales
-                return
-            await loops.stop(key)  # after its running reconcile, if one runs
-            if type == "DELETED":
-                gone((body, kwargs["pools_by_target"]))
+    @kopf.on.startup(registry=registry)
+    async def start_watch(**_: Any) -> None:  # on the event loop: the streams hand to it
+        watch.start()
 
     @kopf.on.cleanup(registry=registry)
     async def stop_loops(**_: Any) -> None:
-        if watch is not None:
-            await watch.close()
-        await sweep.close()
+        await watch.close()
         await loops.close()
         if shards is not None:
             await reconciler.flush(only=shards.serves_pool)  # only the shards still held
@@ -220,6 +179,34 @@ def register(
         @kopf.on.event("v1", "pods", registry=registry)
         async def pods(type: str | None, body: kopf.Body, **_: Any) -> None:
             prewarmer.observe(type, body)
+
+
+def _pool_watch(
+    reconciler: Reconciler,
+    loops: Loops[Seen],
+    gone: Callable[[Seen], None],
+    namespaces: Sequence[str],
+    streams: StreamFactory,
+) -> PoolWatch:
+    """Every watched pool, fed to its loop."""
+
+    def on_pool(body: Mapping[str, Any]) -> None:
+        loops.feed(_key(body), (body, watch.claims))
+
+    async def on_leave(body: Mapping[str, Any], why: Leave) -> None:
+        await loops.stop(_key(body))  # after its running reconcile, if one runs
+        if why == "deleted":
+            gone((body, watch.claims))
+
+    watch = PoolWatch(
+        reconciler.metrics,
+        streams,
+        on_pool=on_pool,
+        on_leave=on_leave,
+        namespaces=namespaces,
+        kube=reconciler.kube,
+    )
+    return watch
 
 
 def _shard_watch(

@@ -194,7 +194,7 @@ async def operate(
         namespaces=settings.watch.namespaces,
         prewarmer=prewarmer,
         shards=gate,
-        streams=streams[0] if streams is not None else None,
+        streams=streams[0],
     )
     if scaler is not None:
         server = scaler[0]
@@ -225,8 +225,7 @@ async def operate(
             election_stop.set()  # ends the loop, which releases the Lease(s)
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(election, timeout=10)
-        if streams is not None:
-            streams[1].close()  # type: ignore[no-untyped-call]
+        streams[1].close()  # type: ignore[no-untyped-call]
         runtime.close()
         # kopf has closed its aiohttp sessions, but their TLS transports finish closing only
         # in later turns of the loop; ending the loop at once leaves them unclosed (aiohttp's
@@ -309,13 +308,12 @@ def shard_gate(settings: OperatorSettings, runtime: Runtime) -> ShardGate | None
 
 def pool_streams(
     settings: OperatorSettings, gate: ShardGate | None
-) -> tuple[StreamFactory, client.ApiClient] | None:
-    """With shards, what opens the pools' watch streams (:class:`ObjectStream`), over a
-    client of their own (a watch holds its connection), and that client to close."""
-    if gate is None:
-        return None
+) -> tuple[StreamFactory, client.ApiClient]:
+    """What opens the pools' watch streams (:class:`ObjectStream`), over a client of their
+    own (a watch holds its connection), and that client to close."""
     names = settings.watch.namespaces
-    streams = (gate.leases.shards + 1) * max(1, len(names))
+    per_scope = gate.leases.shards + 1 if gate is not None else 1
+    streams = per_scope * max(1, len(names))
     api = load_api_client(settings.reconcile.kubeconfig, pool_size=min(64, streams))
 
     def open_stream(

@@ -928,9 +928,7 @@ def keda_status(gathered: Gathered, planned: int, namespace: str, pool: str) -> 
     hpa = gathered.keda_hpa
     query = Query(namespace, pool)
     metric = (
-        None
-        if hpa is None
-        else any(query.names_hpa_metric(name) for name in hpa.external_metrics)
+        None if hpa is None else any(query.names_hpa_metric(name) for name in hpa.external_metrics)
     )
     if triggers == 0:
         message = (

@@ -1,4 +1,13 @@
-"""With shards, each replica watches only the pools that touch the shards it serves.
+"""The pools' watch: every watched pool (:class:`PoolWatch`), or with shards, only the
+pools that touch the shards a replica serves (:class:`ShardWatch`).
+
+Without shards, one list-and-watch of the pools per watched namespace (or one for the
+whole cluster, kept to the namespace patterns here) feeds every pool to its loop and keeps
+the claims on each target (:class:`ClaimIndex`) from the same stream. A pool is fed once
+its stream has listed every pool: the claims on its targets are then known. A relist after
+``410 Gone`` ends the loops of the pools it lacks (deleted in the gap).
+
+With shards, each replica watches only the pools that touch the shards it serves.
 
 Every pool carries one label per shard it touches (:func:`prescaler.sharding.shard_labels`,
 e.g. ``prescaler.io/shard-3-of-6: primary``, and ``prescaler.io/shard-5-of-6: secondary``
@@ -34,7 +43,7 @@ client, after the decoding).
   shard's Lease hand-over writes or drops what they kept, :class:`ShardGate`).
 - **Relists.** After ``410 Gone`` a stream lists its shard again: a pool it had that the
   list lacks was deleted (or moved) in the gap, and its loop ends. The list is the
-  stream's own, so no second list is needed (kopf's path runs a :class:`Sweep`).
+  stream's own, so no second list is needed.
 """
 
 from __future__ import annotations
@@ -64,6 +73,9 @@ from prescaler.sharding import (
 
 log = logging.getLogger("prescaler.watch")
 
+OLD_FINALIZER = "prescaler.io/finalizer"
+"""The finalizer older versions put on every pool (kopf's, for its timers): taken off
+wherever a pool is seen without shards, so that a pool being deleted is not held."""
 RELABEL_RETRY_SECONDS = 5.0
 """A failed label write is tried again after this long, while it is still due."""
 
@@ -85,7 +97,8 @@ StreamFactory = Callable[[str | None, str, Callable[[Listed | Event], None]], St
 
 
 class ClaimIndex(Mapping[tuple[str, str, str], tuple[TargetClaim, ...]]):
-    """The target claims of the pools watched here, as kopf's index has them for all."""
+    """The target claims of the pools watched here (with shards, every pool on the targets
+    of the pools served here)."""
 
     def __init__(self) -> None:
         self._by_key: dict[tuple[str, str, str], dict[str, TargetClaim]] = {}
@@ -131,12 +144,167 @@ def in_scope(namespaces: Sequence[str]) -> Callable[[str], bool]:
     return check
 
 
+def _scopes(namespaces: Sequence[str]) -> tuple[tuple[str | None, ...], Callable[[str], bool]]:
+    """The streams' scopes (one per plain namespace name, else the whole cluster) and what
+    a cluster-wide stream keeps (the patterns)."""
+    names = tuple(namespaces)
+    if names and not any(set("!*?,") & set(ns) for ns in names):
+        return names, lambda _: True
+    return (None,), in_scope(names)
+
+
+def _spawn(tasks: set[asyncio.Task[None]], work: Awaitable[None], name: str) -> None:
+    """Run ``work`` as a task kept in ``tasks`` until it ends; its failure is logged."""
+
+    async def run() -> None:
+        try:
+            await work
+        except Exception:
+            log.exception("%s failed", name)
+
+    def done(task: asyncio.Task[None]) -> None:
+        tasks.discard(task)
+        if inspect.iscoroutine(work):
+            work.close()  # cancelled before it ran (on close): never awaited otherwise
+
+    task = asyncio.create_task(run(), name=name)
+    tasks.add(task)
+    task.add_done_callback(done)
+
+
 def _uid(body: Mapping[str, Any]) -> str:
     return str(body["metadata"]["uid"])
 
 
 def _namespace(body: Mapping[str, Any]) -> str:
     return str(body["metadata"]["namespace"])
+
+
+@dataclass
+class PoolWatch:
+    """The pool streams of a replica without shards (see the module's docstring)."""
+
+    metrics: Metrics
+    open_stream: StreamFactory
+    on_pool: Callable[[Body], None]
+    """A pool as it is now, once its stream has listed (its claims are known)."""
+    on_leave: Callable[[Body, Leave], Awaitable[None]]
+    """A pool whose loop ends: ``deleted`` (or gone from a relist), or ``terminating``."""
+    namespaces: Sequence[str] = ()
+    """Watched namespace names or kopf patterns (empty: every namespace)."""
+    kube: KubeApi | None = None
+    """Where :data:`OLD_FINALIZER` is taken off (``None``: it is left)."""
+    claims: ClaimIndex = field(default_factory=ClaimIndex)
+    _scopes: tuple[str | None, ...] = ()
+    _keep: Callable[[str], bool] = lambda _: True
+    _streams: list[Stream] = field(default_factory=list)
+    _held: dict[str, Body] = field(default_factory=dict)
+    """Every pool the streams have, by uid (for a relist to find those deleted in a gap)."""
+    _tasks: set[asyncio.Task[None]] = field(default_factory=set)
+    _closed: bool = False
+
+    def __post_init__(self) -> None:
+        self._scopes, self._keep = _scopes(self.namespaces)
+
+    def start(self) -> None:
+        """Open a stream per scope (a watched namespace, or the whole cluster)."""
+        if self._streams or self._closed:
+            return
+        for scope in self._scopes:
+
+            def deliver(item: Listed | Event, scope: str | None = scope) -> None:
+                self._item(scope, item)
+
+            stream = self.open_stream(scope, "", deliver)
+            self._streams.append(stream)
+            stream.start()
+
+    def ready(self, body: Mapping[str, Any]) -> bool:
+        """Always: a pool is fed only once its stream has listed (the claims on its
+        targets, all in its namespace, are then known)."""
+        return True
+
+    async def close(self) -> None:
+        """Close every stream and wait for their threads."""
+        self._closed = True
+        streams, self._streams = self._streams, []
+        for stream in streams:
+            stream.stop()
+        pending = list(self._tasks)
+        for task in pending:
+            task.cancel()
+        if pending:
+            await asyncio.wait(pending)
+        await asyncio.gather(*(s.wait_stopped() for s in streams), return_exceptions=True)
+
+    def _item(self, scope: str | None, item: Listed | Event) -> None:
+        if self._closed:
+            return
+        counter = self.metrics.pool_watch_events.labels("all")
+        if isinstance(item, Listed):
+            counter.inc(len(item.items))
+            listed = {_uid(body) for body in item.items}
+            for uid, body in list(self._held.items()):
+                if uid not in listed and (scope is None or _namespace(body) == scope):
+                    self._gone(body)  # deleted while the watch was down: no event came
+            bodies = [b for b in item.items if self._keep(_namespace(b))]
+            for body in bodies:  # every claim first, then the loops
+                self._seen(body)
+            for body in bodies:
+                self._feed(body)
+            return
+        counter.inc()
+        body = item.object
+        if not self._keep(_namespace(body)):
+            return
+        if item.type == "DELETED":
+            self._gone(body)
+            return
+        self._seen(body)
+        self._feed(body)
+
+    def _seen(self, body: Body) -> None:
+        self._held[_uid(body)] = body
+        self.claims.put(body)
+        if self.kube is not None and OLD_FINALIZER in (body["metadata"].get("finalizers") or ()):
+            _spawn(self._tasks, self._release(self.kube, body), "release of a finalizer")
+
+    async def _release(self, kube: KubeApi, body: Body) -> None:
+        """Take :data:`OLD_FINALIZER` off the pool as seen (a conflict leaves it to the
+        next event, which shows the pool as it is then)."""
+        meta = body["metadata"]
+        keep = [f for f in meta.get("finalizers") or () if f != OLD_FINALIZER]
+        patch = {
+            "metadata": {"finalizers": keep or None, "resourceVersion": meta["resourceVersion"]}
+        }
+        try:
+            await kube.patch_custom_object(
+                GROUP, VERSION, PLURAL, meta["namespace"], meta["name"], patch
+            )
+        except NotFound:
+            return
+        except KubeError as exc:
+            log.warning(
+                "%s/%s: old finalizer not taken off: %s", meta["namespace"], meta["name"], exc
+            )
+            return
+        log.info(
+            "%s/%s: old finalizer %s taken off", meta["namespace"], meta["name"], OLD_FINALIZER
+        )
+
+    def _feed(self, body: Body) -> None:
+        if body["metadata"].get("deletionTimestamp"):
+            # Finalizers pending: no more reconciles; its claims stay until it is gone.
+            _spawn(self._tasks, self.on_leave(body, "terminating"), "end of a loop")
+        else:
+            self.on_pool(body)
+
+    def _gone(self, body: Body) -> None:
+        """A pool deleted: its loop ends, and its claims go with it."""
+        uid = _uid(body)
+        self._held.pop(uid, None)
+        self.claims.drop(uid)
+        _spawn(self._tasks, self.on_leave(body, "deleted"), "end of a loop")
 
 
 @dataclass
@@ -186,12 +354,7 @@ class ShardWatch:
     _closed: bool = False
 
     def __post_init__(self) -> None:
-        names = tuple(self.namespaces)
-        if names and not any(set("!*?,") & set(ns) for ns in names):
-            self._scopes = names  # one stream per namespace
-        else:
-            self._scopes = (None,)  # cluster-wide, kept to the patterns here
-            self._keep = in_scope(names)
+        self._scopes, self._keep = _scopes(self.namespaces)
 
     @property
     def shards(self) -> int:
@@ -496,17 +659,4 @@ class ShardWatch:
                 return
 
     def _spawn(self, work: Awaitable[None], name: str) -> None:
-        async def run() -> None:
-            try:
-                await work
-            except Exception:
-                log.exception("%s failed", name)
-
-        def done(task: asyncio.Task[None]) -> None:
-            self._tasks.discard(task)
-            if inspect.iscoroutine(work):
-                work.close()  # cancelled before it ran (on close): never awaited otherwise
-
-        task = asyncio.create_task(run(), name=name)
-        self._tasks.add(task)
-        task.add_done_callback(done)
+        _spawn(self._tasks, work, name)

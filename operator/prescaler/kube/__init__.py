@@ -1,7 +1,7 @@
 """Kubernetes adapter: scale targets, HPA floors, standby objects, pod starts, Events.
 
-Pools are watched by kopf, or with shards by :class:`ObjectStream` (a server-side label
-selector per shard served).
+Pools are watched by :class:`ObjectStream` (a list-and-watch; with shards, a server-side
+label selector per shard served).
 
 Errors::
 

@@ -57,8 +57,6 @@ STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"
 JSON_PATCH = "application/json-patch+json"
 DELETION_COST_ANNOTATION = "controller.kubernetes.io/pod-deletion-cost"
 """The ReplicaSet controller removes pods with the lowest cost first on a scale-down."""
-LIST_PAGE = 500
-"""Objects per page of a list this client pages through."""
 
 
 def parse_time(text: str | None) -> float | None:
@@ -291,9 +289,6 @@ class KubeApi(Protocol):
     async def custom_object_uid(
         self, group: str, version: str, plural: str, namespace: str, name: str
     ) -> str | None: ...
-    async def list_custom_object_uids(
-        self, group: str, version: str, plural: str, namespace: str | None
-    ) -> set[str]: ...
     async def get_custom_object(
         self, group: str, version: str, plural: str, namespace: str, name: str
     ) -> dict[str, Any]: ...
@@ -587,38 +582,6 @@ class KubeClient:
             self.custom.get_namespaced_custom_object, group, version, namespace, plural, name
         )
         return dict(obj or {})
-
-    async def list_custom_object_uids(
-        self, group: str, version: str, plural: str, namespace: str | None
-    ) -> set[str]:
-        """The uids of every custom object of a kind in ``namespace`` (``None``: in every
-        namespace), from a quorum read, a page of :data:`LIST_PAGE` at a time."""
-        uids: set[str] = set()
-        token: str | None = None
-        while True:
-            page: dict[str, Any] = {"limit": LIST_PAGE}
-            if token:
-                page["_continue"] = token
-            if namespace is None:
-                listing = await self._call(
-                    self.custom.list_cluster_custom_object, group, version, plural, **page
-                )
-            else:
-                listing = await self._call(
-                    self.custom.list_namespaced_custom_object,
-                    group,
-                    version,
-                    namespace,
-                    plural,
-                    **page,
-                )
-            for item in listing.get("items") or []:
-                uid = (item.get("metadata") or {}).get("uid")
-                if uid:
-                    uids.add(str(uid))
-            token = (listing.get("metadata") or {}).get("continue")
-            if not token:
-                return uids
 
     async def delete_pod(self, namespace: str, name: str) -> None:
         """Delete one pod gracefully (its own terminationGracePeriodSeconds and preStop)."""
