@@ -5,28 +5,13 @@ same stream, loops ended on delete, deletion and relist. Fake streams, no I/O.""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
 from typing import Any
 
 from prescaler.controller.model import target_claims, target_owner
 from prescaler.controller.watch import OLD_FINALIZER, Leave, PoolWatch
 from prescaler.kube import Event, Listed
 from prescaler.metrics import Metrics
-
-
-class FakeStream:
-    def __init__(self, scope: str | None, selector: str, deliver: Callable[..., None]) -> None:
-        self.scope, self.selector, self.deliver = scope, selector, deliver
-        self.started = self.stopped = False
-
-    def start(self) -> None:
-        self.started = True
-
-    def stop(self) -> None:
-        self.stopped = True
-
-    async def wait_stopped(self, timeout: float = 10.0) -> None:
-        return None
+from unit.fake_streams import FakeStream
 
 
 def _pool(name: str, target: str, ns: str = "ns", created: str = "2024-01-01T00:00:00Z") -> Any:

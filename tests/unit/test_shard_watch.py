@@ -5,7 +5,6 @@ loops ended on delete, move, lost shard and relist. Fake streams and API, no I/O
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
 from types import SimpleNamespace
 from typing import Any
 
@@ -23,6 +22,7 @@ from prescaler.sharding import (
     shard_selector,
     workload_shard,
 )
+from unit.fake_streams import FakeStream
 
 SHARDS = 4
 
@@ -35,21 +35,6 @@ class Serving:
 
     def serves(self, shard: int) -> bool:
         return shard in self.serving
-
-
-class FakeStream:
-    def __init__(self, scope: str | None, selector: str, deliver: Callable[..., None]) -> None:
-        self.scope, self.selector, self.deliver = scope, selector, deliver
-        self.started = self.stopped = False
-
-    def start(self) -> None:
-        self.started = True
-
-    def stop(self) -> None:
-        self.stopped = True
-
-    async def wait_stopped(self, timeout: float = 10.0) -> None:
-        return None
 
 
 class FakeKube:
