@@ -39,6 +39,8 @@ and the headline, for the default point: its unserved tokens and GPU-hours ÷ th
 the **frontier ratio**, its unserved ÷ the HPA curve's at the same GPU-hours; and the
 **share of the gap closed**, (HPA curve − default) ÷ (HPA curve − smoothed-oracle curve),
 both read at the default's GPU-hours (where the oracle's curve lies below the HPA's).
+That headline table is also written to the project's ``README.md`` (its "Benchmarks"),
+between the ``frontier-headline:begin``/``frontier-headline:end`` markers.
 
 All are read off the curves by linear interpolation between swept points. The points are
 kept in ``benchmarks/frontier/points.json``; ``--from-points`` rewrites the tables and
@@ -69,6 +71,9 @@ README = ROOT / "benchmarks" / "README.md"
 PLOTS = ROOT / "benchmarks" / "frontier"
 POINTS = PLOTS / "points.json"
 BEGIN, END = "<!-- frontier:begin -->", "<!-- frontier:end -->"
+PROJECT_README = ROOT / "README.md"
+HEADLINE_BEGIN, HEADLINE_END = "<!-- frontier-headline:begin -->", "<!-- frontier-headline:end -->"
+"""The headline table's place in the project's README (its "Benchmarks")."""
 
 COMMON = ["--replica-tokens-per-second", "20000", "--scale-to-peak-replicas", "40", "--quiet"]
 SG = TRACES / "servegen_m_small" / "language__m-small"
@@ -540,8 +545,9 @@ def section(results: list[tuple[str, int, list[Point], Path]]) -> str:
     return "\n".join(out).rstrip() + "\n"
 
 
-def write_readme(text: str) -> None:
+def write_readme(text: str, headline_table: str) -> None:
     replace_section(BEGIN, END, text, "Frontier", README)
+    replace_section(HEADLINE_BEGIN, HEADLINE_END, headline_table, "Benchmarks", PROJECT_README)
 
 
 def synthetic_runs(out: Path, first_halves: bool = False) -> dict[str, list[str]]:
@@ -618,7 +624,7 @@ def main() -> int:
     text = section(results)
     print(text)
     if not args.no_readme and own:
-        write_readme(text)
+        write_readme(text, headline_section(results))
     return 0
 
 
