@@ -67,6 +67,17 @@ def test_unschedulable_replicas_hold_a_scale_up() -> None:
     assert "2 replicas cannot be scheduled" in stuck.reason
 
 
+def test_unschedulable_replicas_do_not_hold_a_scale_up_to_min_replicas() -> None:
+    # One replica, its pod waiting for room; the floor is 3 and demand asks for 8.
+    stuck = decide(FleetState(1, 0, None, None, 8.0, unschedulable_replicas=1), flat(8.0), 3)
+    assert (stuck.action, stuck.desired_replicas, stuck.target_replicas) == ("scale_up", 3, 8)
+    assert stuck.driver == "floor"
+    assert "1 replicas cannot be scheduled" in stuck.reason
+    # At the floor already: nothing more while a pod waits.
+    at_floor = decide(FleetState(3, 2, None, None, 8.0, unschedulable_replicas=1), flat(8.0), 3)
+    assert (at_floor.action, at_floor.desired_replicas) == ("hold", 3)
+
+
 def test_unschedulable_replicas_do_not_stop_a_scale_down() -> None:
     fleet = FleetState(5, 3, None, None, 1.0, unschedulable_replicas=2)
     assert decide(fleet, flat(1.0)).desired_replicas == 1

@@ -599,13 +599,23 @@ def plan(inputs: PlanInputs) -> ScalePlan:
     if action == "hold" and usable and blind and inputs.forecast_expected and not idle:
         reason = f"hold {current}: no observed demand, so no scale-down"
     stuck = fleet.unschedulable_replicas
-    if action == "scale_up" and stuck > 0:
+    least = min(policy.min_replicas, policy.max_replicas)
+    if action == "scale_up" and stuck > 0 and current >= least:
         desired, action = current, "hold"
         reason = (
             f"hold {current} (target {target}): {stuck} replicas cannot be scheduled "
             f"(no node has room), more would only queue: {why}"
         )
         driver = "unschedulable"
+    elif action == "scale_up" and stuck > 0:
+        # minReplicas is the user's floor: asked for even while pods wait for room (a
+        # cluster autoscaler sizes nodes for the pods it sees waiting), nothing beyond it.
+        desired = min(desired, least)
+        reason = (
+            f"scale up {current} -> {desired} (minReplicas; target {target}): {stuck} replicas "
+            f"cannot be scheduled (no node has room), more would only queue: {why}"
+        )
+        driver = "floor"
     elif desired > target:
         # Replicas the requirement would release, kept: by which rule.
         if desired == current and (not may_shrink or (blind and inputs.forecast_expected)):
