@@ -68,12 +68,8 @@ class ShardGate:
     """Reconciles running now, by shard."""
     _pools: dict[str, tuple[int, PoolObject]] = field(default_factory=dict)
     """Pools this replica reconciled, by uid, with their shard."""
-    on_gained: Callable[[frozenset[int]], None] = lambda _: None
-    """Called with the shards just taken over (their pools' loops tick at once, so a
-    pool waits for its new replica no longer than the handover)."""
     on_serving: Callable[[frozenset[int]], None] = lambda _: None
     """Called with the shards served whenever that set changes (the watch follows it)."""
-    _serving: frozenset[int] = frozenset()
     _seen: dict[str, int] = field(default_factory=dict)
     """Every pool watched (those of the shards served here), by uid, with its shard."""
     _workloads: dict[WorkloadKey, dict[str, tuple[int, TargetClaim]]] = field(default_factory=dict)
@@ -194,10 +190,7 @@ class ShardGate:
         self._unmap(uid)
 
     def changed(self, serving: frozenset[int]) -> None:
-        gained, self._serving = serving - self._serving, serving
         self.on_serving(serving)
-        if gained:
-            self.on_gained(gained)
         self.metrics.shards_served.set(len(serving))
         for shard in range(self.leases.shards):
             self.metrics.shard_served.labels(str(shard), self.leases.identity).set(
