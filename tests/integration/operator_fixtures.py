@@ -58,9 +58,16 @@ RECONCILE_SECONDS = 1.0
 """The test operators' reconcile period (a plan's lookahead covers it too)."""
 
 
-def wait_for(check: Callable[[], Any], timeout: float, what: str, interval: float = 0.25) -> Any:
-    """Poll until ``check()`` is truthy; fail the test naming ``what`` otherwise. The
-    deadline is ``timeout`` seconds, but never less than :data:`MIN_DEADLINE`."""
+def wait_for(
+    check: Callable[[], Any],
+    timeout: float,
+    what: str,
+    interval: float = 0.25,
+    explain: Callable[[], str] | None = None,
+) -> Any:
+    """Poll until ``check()`` is truthy; fail the test naming ``what`` otherwise (and, with
+    ``explain``, what it returns then: the state of the chain that should have got there).
+    The deadline is ``timeout`` seconds, but never less than :data:`MIN_DEADLINE`."""
     timeout = max(timeout, MIN_DEADLINE)
     deadline = time.monotonic() + timeout
     last: Any = None
@@ -69,7 +76,13 @@ def wait_for(check: Callable[[], Any], timeout: float, what: str, interval: floa
         if last:
             return last
         time.sleep(interval)
-    pytest.fail(f"timed out after {timeout:.0f}s waiting for {what} (last: {last!r})")
+    message = f"timed out after {timeout:.0f}s waiting for {what} (last: {last!r})"
+    if explain is not None:
+        try:
+            message += "\n" + explain()
+        except Exception as exc:  # a diagnosis must not hide the failure
+            message += f"\n(no diagnosis: {exc!r})"
+    pytest.fail(message)
 
 
 @pytest.fixture(scope="session", name="crd")

@@ -24,9 +24,10 @@ import contextlib
 import copy
 import math
 import signal
+import socket
 import subprocess
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -121,16 +122,33 @@ def create_scaled_object(k: Kube, body: dict[str, Any]) -> None:
     k.custom.create_namespaced_custom_object(KEDA_GROUP, KEDA_VERSION, k.ns, SCALED_OBJECTS, body)
 
 
+def listening(port: int) -> bool:
+    """Whether something accepts connections on ``127.0.0.1:port``."""
+    with contextlib.closing(socket.socket(socket.AF_INET, socket.SOCK_STREAM)) as sock:
+        sock.settimeout(2.0)
+        return sock.connect_ex(("127.0.0.1", port)) == 0
+
+
+def create_scaled_object_once_served(k: Kube, body: dict[str, Any], port: int) -> None:
+    """The ScaledObject, created once prescaler's scaler listens on ``port``. KEDA creates
+    its HPA only once it has reached every external scaler, and retries with exponential
+    backoff: created while a busy machine still starts the scaler's process, KEDA may
+    wait minutes more before it tries again."""
+    wait_for(lambda: listening(port), 300, f"the scaler listening on {port}", interval=0.5)
+    create_scaled_object(k, body)
+
+
 def create_pool_object(k: Kube, body: dict[str, Any]) -> None:
     k.custom.create_namespaced_custom_object(GROUP, VERSION, k.ns, PLURAL, body)
 
 
-def so_condition(k: Kube, name: str, kind: str) -> dict[str, Any]:
+def so_conditions(k: Kube, name: str) -> list[dict[str, Any]]:
     so = k.custom.get_namespaced_custom_object(KEDA_GROUP, KEDA_VERSION, k.ns, SCALED_OBJECTS, name)
-    for cond in (so.get("status") or {}).get("conditions") or []:
-        if cond.get("type") == kind:
-            return dict(cond)
-    return {}
+    return [dict(c) for c in (so.get("status") or {}).get("conditions") or []]
+
+
+def so_condition(k: Kube, name: str, kind: str) -> dict[str, Any]:
+    return next((c for c in so_conditions(k, name) if c.get("type") == kind), {})
 
 
 def hpa(k: Kube, name: str) -> Any:
@@ -144,6 +162,44 @@ def hpa(k: Kube, name: str) -> Any:
 
 def replicas(k: Kube) -> int:
     return int(k.deployment(NAME).spec.replicas or 0)
+
+
+def keda_chain(k: Kube, port: int, logs: Path) -> Callable[[], str]:
+    """What a failed wait on KEDA's scaling prints: each link from the pool's plan to the
+    Deployment's replicas (the plan, the scaler's answer, the ScaledObject, KEDA's HPA, the
+    pods), and the last lines of the operators' logs under ``logs``."""
+
+    def explain() -> str:
+        status = k.status(NAME)
+        plan = status.get("plan") or {}
+        lines = [
+            f"pool: desiredReplicas {status.get('desiredReplicas')}, keda {status.get('keda')}",
+            f"plan: {plan.get('action')} to {plan.get('targetReplicas')} "
+            f"at {plan.get('plannedAt')}: {plan.get('reason')}",
+            f"scaler GetMetrics: {asyncio.run(get_metrics(port, k.ns))}",
+            f"ScaledObject conditions: {so_conditions(k, NAME)}",
+        ]
+        current = hpa(k, hpa_name(NAME))
+        if current is None:
+            lines.append("KEDA's HPA: none")
+        else:
+            hs = current.status
+            lines.append(
+                f"KEDA's HPA: current {hs.current_replicas}, desired {hs.desired_replicas}, "
+                f"metrics {hs.current_metrics}, conditions "
+                f"{[(c.type, c.status, c.reason, c.message) for c in hs.conditions or []]}"
+            )
+        deployment = k.deployment(NAME)
+        lines.append(f"Deployment: spec {deployment.spec.replicas}, status {deployment.status}")
+        for pod in k.core.list_namespaced_pod(k.ns).items:
+            waits = [(c.type, c.status, c.reason) for c in pod.status.conditions or []]
+            lines.append(f"pod {pod.metadata.name}: {pod.status.phase} {waits}")
+        for log in sorted(logs.glob("*.log")):
+            tail = log.read_text(errors="replace").splitlines()[-15:]
+            lines.append(f"--- {log.name}, last lines:\n" + "\n".join(tail))
+        return "\n".join(lines)
+
+    return explain
 
 
 def reason_events(k: Kube, reason: str) -> list[Any]:
@@ -321,7 +377,10 @@ def test_the_forecast_readies_the_step_and_a_prometheus_trigger_catches_a_burst(
         wait_for(lambda: hpa_reads_metrics(k), 300, "KEDA's HPA reading its triggers")
         # Before the step's lookahead: KEDA scales to the plan's floor.
         floor = pool["spec"]["minReplicas"]
-        wait_for(lambda: replicas(k) == floor, 300, f"KEDA scaling to the floor's {floor}")
+        wait_for(
+            lambda: replicas(k) == floor, 300, f"KEDA scaling to the floor's {floor}",
+            explain=keda_chain(k, port, tmp_path),
+        )  # fmt: skip
         assert time.time() < step_at - cold_start - margin, "the test started too late to judge"
 
         with recorded(
@@ -396,13 +455,13 @@ def test_hpa_floor_on_a_keda_owned_hpa_for_ten_minutes(
     port = free_port()
     k.create_deployment(gpu_deployment(NAME, 1))
     create_pool_object(k, copy.deepcopy(original_pool))  # the README's kedaTrigger pool
-    create_scaled_object(k, local_scaled_object(port))
     keda_hpa = hpa_name(NAME)
     floor = "floor"
     with operator_process(
         cluster, namespace, tmp_path / "operator.log", interval=INTERVAL,
         extra_args=scaler_flags(port),
     ) as (proc, _):  # fmt: skip
+        create_scaled_object_once_served(k, local_scaled_object(port), port)
         first = wait_for(lambda: hpa(k, keda_hpa), 300, "KEDA's HPA")
         owners = [(o.kind, o.name, o.controller) for o in first.metadata.owner_references or []]
         assert owners == [("ScaledObject", NAME, True)]
@@ -426,7 +485,10 @@ def test_hpa_floor_on_a_keda_owned_hpa_for_ten_minutes(
         assert warning.type == "Warning"
         assert f"ScaledObject {NAME}" in warning.message
         # KEDA scales the workload to the kedaTrigger pool's plan (its minReplicas, 2).
-        wait_for(lambda: replicas(k) == 2, 300, "KEDA scaling the Deployment to the plan")
+        wait_for(
+            lambda: replicas(k) == 2, 300, "KEDA scaling the Deployment to the plan",
+            explain=keda_chain(k, port, tmp_path),
+        )  # fmt: skip
 
         def hpa_spec() -> tuple[int, int]:
             current = k.autoscaling.read_namespaced_horizontal_pod_autoscaler(keda_hpa, k.ns)
@@ -446,7 +508,10 @@ def test_hpa_floor_on_a_keda_owned_hpa_for_ten_minutes(
             # Half way, the kedaTrigger pool's plan grows: KEDA scales its workload again.
             time.sleep(OBSERVE_SECONDS / 2)
             k.patch_pool(NAME, {"minReplicas": 3})
-            wait_for(lambda: replicas(k) == 3, 300, "KEDA scaling the Deployment to 3")
+            wait_for(
+                lambda: replicas(k) == 3, 300, "KEDA scaling the Deployment to 3",
+                explain=keda_chain(k, port, tmp_path),
+            )  # fmt: skip
             time.sleep(max(0.0, started + OBSERVE_SECONDS - time.monotonic()))
         observed = time.monotonic() - started
         assert observed >= OBSERVE_SECONDS
@@ -534,7 +599,6 @@ def test_keda_holds_replicas_when_prescaler_cannot_answer(
     assert so["spec"]["minReplicaCount"] < plan < fallback
     k.create_deployment(gpu_deployment(NAME, 1))
     create_pool_object(k, copy.deepcopy(original_pool))
-    create_scaled_object(k, so)
     lease = "prescaler"
     hold_lease(k, lease, "a-replica-that-is-gone")
 
@@ -550,9 +614,20 @@ def test_keda_holds_replicas_when_prescaler_cannot_answer(
         _,
     ):
         with scaler_only("scaler-1.log") as (scaler, _):
+            create_scaled_object_once_served(k, so, port)
             # Normal: the reconciler plans, the scaler-only replica serves it, KEDA scales.
-            wait_for(lambda: replicas(k) == plan, 300, f"KEDA scaling to the plan's {plan}")
-            wait_for(lambda: hpa_reads_metrics(k), 300, "KEDA's HPA reading the plan")
+            explain = keda_chain(k, port, tmp_path)
+            wait_for(
+                lambda: k.status(NAME).get("desiredReplicas") == plan, 300,
+                f"the pool's plan of {plan}", explain=explain,
+            )  # fmt: skip
+            wait_for(
+                lambda: replicas(k) == plan, 600, f"KEDA scaling to the plan's {plan}",
+                explain=explain,
+            )  # fmt: skip
+            wait_for(
+                lambda: hpa_reads_metrics(k), 300, "KEDA's HPA reading the plan", explain=explain
+            )
             assert asyncio.run(get_metrics(port, namespace))[0] == grpc.StatusCode.OK
 
             # (2) The scaler's process is killed: KEDA cannot reach it; the HPA holds.
@@ -600,7 +675,10 @@ def test_keda_holds_replicas_when_prescaler_cannot_answer(
                 "KEDA's Fallback condition",
                 interval=1,
             )
-            wait_for(lambda: replicas(k) == fallback, 300, f"the fallback's {fallback} replicas")
+            wait_for(
+                lambda: replicas(k) == fallback, 300, f"the fallback's {fallback} replicas",
+                explain=explain,
+            )  # fmt: skip
             with holding(k, "the plan is stale") as seen:
                 time.sleep(HOLD_SECONDS)
             assert seen == [fallback], seen
