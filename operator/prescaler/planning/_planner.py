@@ -6,8 +6,10 @@ The rules, in order:
    is the largest requirement over ``[now, now + cold start + margin]``. With the peak risk
    model (``PlanInputs.risk``, :mod:`prescaler.planning._risk`, what the operator and the
    backtest run) that is a calibrated quantile of the lookahead's *peak*: what is known
-   now (the forecast mean's peak, or the observed demand if larger) plus the pool's
-   typical demand, times the margin, less that typical demand; until the pool's own
+   now (the forecast mean's peak, or the observed demand if larger; when demand runs
+   above the forecast's mean now, the forecast's climb over the lookahead from the
+   observed level) plus the pool's typical demand, times the margin, less that typical
+   demand; until the pool's own
    lookaheads calibrate the margin, the forecast's upper band. Without it, the forecast's
    *upper* quantile over the lookahead. The latest observed demand times
    ``observed_headroom`` (default 1: the present only) is a floor under it (the nowcast
@@ -249,7 +251,8 @@ class PlanInputs:
     risk: RiskSizing | None = None
     """The peak risk model's margin (:mod:`prescaler.planning._risk`). With it, the
     forecast's requirement is :func:`sized_demand` of ``max(forecast mean peak over the
-    lookahead, observed)`` (the forecast's upper band until calibrated), and a release
+    lookahead, observed, observed x the forecast's climb)`` (the forecast's upper band
+    until calibrated), and a release
     keeps exactly that; without it, the forecast's upper band."""
     decision_interval_seconds: float = 0.0
     """How long this plan stands: the time to the next decision (the operator's reconcile
@@ -295,7 +298,8 @@ class ScalePlan:
     """The rule the desired count comes from (see :data:`Driver`)."""
     risk_base: float | None = None
     """With the risk model: what is known now (the forecast mean's peak over the
-    lookahead, or the observed demand if larger), in the demand's unit."""
+    lookahead, or the observed demand if larger, or the forecast's climb from the observed
+    level when demand runs above the forecast), in the demand's unit."""
     risk_sized: float | None = None
     """With the risk model: the demand sized for (:func:`sized_demand`)."""
     risk_unit: float | None = None
@@ -415,6 +419,29 @@ def observed_rise(
     return (observed - v0) / (now - t0)
 
 
+def _climb_at_observed(
+    points: Sequence[DemandPoint],
+    step: float,
+    now: float,
+    mean_peak: float,
+    observed: float | None,
+) -> float | None:
+    """The forecast's climb over the lookahead, from the observed level: ``observed`` times
+    the forecast mean's peak over its mean now (the step that holds ``now``), when demand
+    runs above that mean; else ``None``. A forecast that runs low (an unusual day, a level
+    the seasonal history did not have) still knows the ramp's *shape*: the ramp climbs
+    from where demand is, not from where the forecast thought it would be. Only ever
+    raises the base (``mean_peak`` above its mean now), never lowers it."""
+    if observed is None or not (math.isfinite(observed) and observed > 0) or step <= 0:
+        return None
+    current = next((p.mean for p in points if p.t - step <= now < p.t), None)
+    if current is None or not (math.isfinite(current) and current > 0) or observed <= current:
+        return None
+    if not (math.isfinite(mean_peak) and mean_peak > current):
+        return None
+    return observed * mean_peak / current
+
+
 def _window_requirement(
     occurrences: Sequence[Occurrence], capacity: CapacityModel
 ) -> tuple[int, tuple[str, ...]]:
@@ -473,6 +500,9 @@ def plan(inputs: PlanInputs) -> ScalePlan:
             mean_peak = 0.0
         risk_base = max(mean_peak, observed if observed is not None and seen else 0.0)
         source = f"observed{rising}" if risk_base > mean_peak else "forecast mean peak"
+        climbed = _climb_at_observed(points, step, now, mean_peak, observed if seen else None)
+        if climbed is not None and climbed > risk_base:
+            risk_base, source = climbed, f"observed{rising} x the forecast's climb"
         risk_unit = max(_replica_rate(capacity), inputs.risk.typical)
         margin = inputs.risk.margin
         if inputs.risk.calibrated:

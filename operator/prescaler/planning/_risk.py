@@ -6,7 +6,10 @@ not any single forecast point. The risk model sizes it as ``(base + u) × margin
 
 * ``base`` is what is known now: the larger of the forecast mean's peak over the
   lookahead and the demand arriving now (the observation), so the prediction is
-  conditioned on the observed level and on the forecast at once;
+  conditioned on the observed level and on the forecast at once; when demand runs above
+  the forecast's mean now, the forecast's climb over the lookahead is applied to the
+  observed level (a forecast that runs low on an unusual day still knows the ramp's
+  shape);
 * ``u`` is the pool's typical demand (its recent mean, at least one replica's capacity):
   the margin is multiplicative on a high base and additive on a low one, so a burst out
   of a quiet spell asks for what such bursts bring in the demand's own scale, instead of
