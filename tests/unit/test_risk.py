@@ -221,6 +221,34 @@ def test_the_plan_sizes_what_is_known_now_plus_the_typical_demand_times_the_marg
     assert burst.risk_sized == 70
 
 
+def rising(observed: float, means: tuple[float, ...]) -> PlanInputs:
+    """:func:`inputs` with the forecast's means per minute from ``means`` (the last one
+    held), the first minute holding now."""
+    held = means + (means[-1],) * (10 - len(means))
+    forecast = Forecast(tuple(Point(60.0 * (k + 1), m, 2 * m) for k, m in enumerate(held)), 0)
+    return replace(inputs(SIZED, observed=observed), forecast=forecast)
+
+
+def test_a_forecast_that_runs_low_still_climbs_from_where_demand_is() -> None:
+    # The forecast climbs from 20 now to 30 within the lookahead; demand runs at 30 (1.5x
+    # the forecast's now): the ramp climbs from there, to 30 x 30 / 20 = 45.
+    climb = (20.0, 22.0, 25.0, 28.0, 30.0)
+    low = plan(rising(30, climb))
+    assert low.risk_base == pytest.approx(45)
+    assert "the forecast's climb" in low.reason
+    assert low.risk_sized == pytest.approx((45 + 10) * 1.25 - 10)
+    # Demand at or below the forecast's now: the forecast's own peak, as before.
+    assert plan(rising(20, climb)).risk_base == 30
+    assert plan(rising(15, climb)).risk_base == 30
+    # A flat or falling forecast has no climb: what arrives now is the base.
+    assert plan(rising(40, (20.0,))).risk_base == 40
+    assert plan(rising(40, (20.0, 18.0, 15.0))).risk_base == 40
+    # Without an observation, nothing to climb from.
+    blind = rising(30, climb)
+    blind = replace(blind, fleet=replace(blind.fleet, observed_requests_per_second=None))
+    assert plan(blind).risk_base == 30
+
+
 def test_the_margin_sizes_at_most_twice_the_largest_demand_seen() -> None:
     # A margin of 4 on (30 + 10) - 10 = 150, more than twice the peak seen (50): 100.
     wide = replace(SIZED, margin=4.0, peak=50.0)

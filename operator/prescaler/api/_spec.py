@@ -558,8 +558,9 @@ class ObjectiveSpec(WireModel):
 
     The plan sizes ready capacity to a quantile of the *peak* demand over the lookahead
     (the next cold start plus margin), predicted from what is known now (the forecast
-    mean's peak, or the demand arriving now if larger, plus the pool's typical demand)
-    times a margin calibrated on this pool's own lookaheads. The quantile's level adapts
+    mean's peak, or the demand arriving now if larger, or, when demand runs above the
+    forecast, the forecast's climb from the observed level; plus the pool's typical
+    demand) times a margin calibrated on this pool's own lookaheads. The quantile's level adapts
     online so that the share of demand that waits for capacity tracks a target ``ε``
     (adaptive conformal inference):
 
