@@ -256,52 +256,6 @@ def test_an_interval_must_be_positive() -> None:
             Loops(bad, tick)
 
 
-def test_a_kick_ticks_the_chosen_loops_now_and_moves_their_grid() -> None:
-    async def scenario(vt: VirtualTime) -> None:
-        ticks: dict[str, list[float]] = {"a": [], "b": []}
-
-        async def tick(key: str) -> None:
-            ticks[key].append(vt.now)
-
-        loops = _loops(vt, tick)
-        loops.feed("a", "a")
-        loops.feed("b", "b")
-        await vt.advance(6.0)
-        assert ticks == {"a": [2.5], "b": [2.5]}
-        assert loops.kick(lambda value: value == "b") == 1
-        await vt.settle()
-        assert ticks == {"a": [2.5], "b": [2.5, 6.0]}
-        await vt.advance(30.0)
-        assert ticks["a"] == [2.5, 12.5, 22.5]
-        assert ticks["b"] == [2.5, 6.0, 16.0, 26.0]
-        await loops.close()
-
-    run(scenario)
-
-
-def test_a_kick_within_a_spread_ticks_each_loop_at_its_own_delay() -> None:
-    async def scenario(vt: VirtualTime) -> None:
-        ticks: list[float] = []
-
-        async def tick(_: str) -> None:
-            ticks.append(vt.now)
-
-        loops = _loops(vt, tick)  # the spread: a quarter of what it is given
-        loops.feed("a", "a")
-        await vt.advance(6.0)
-        assert ticks == [2.5]
-        loops.kick(lambda _: True, within=4.0)
-        await vt.advance(6.9)
-        assert ticks == [2.5]
-        await vt.advance(7.0)
-        assert ticks == [2.5, 7.0]
-        await vt.advance(17.0)
-        assert ticks == [2.5, 7.0, 17.0]
-        await loops.close()
-
-    run(scenario)
-
-
 def test_a_tick_can_end_its_own_loop_with_discard() -> None:
     async def scenario(vt: VirtualTime) -> None:
         ticks: list[float] = []

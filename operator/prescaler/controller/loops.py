@@ -1,15 +1,13 @@
-"""Each pool's reconcile loop: one asyncio task per key, fed by watch events.
+"""Each pool's reconcile loop: one asyncio task per key, fed by the pool watch.
 
 kopf's own timers need a finalizer on every object they serve (kopf hard-codes it), so a
 pool, or its namespace, could not be deleted while no operator ran. These loops need none:
-the watch events that feed them (``@kopf.on.event``) write nothing to the object.
+the watch that feeds them (``controller.watch``) writes nothing to the object.
 
 A loop's first tick comes after a random delay in ``[0, interval)``, so N pools do not fire
 in one burst; later ticks fall on that pool's interval grid, so a slow tick does not push
 the next ones later (ticks missed meanwhile are skipped, not run back to back). Each tick
 gets the latest value fed for its key. A tick that raises is logged and the loop goes on.
-:meth:`Loops.kick` makes chosen loops tick now (e.g. the pools of a shard this replica has
-just taken over) and puts their grid there.
 """
 
 from __future__ import annotations
@@ -39,8 +37,6 @@ class _Loop(Generic[T]):
     task: asyncio.Task[None] | None = None
     ticking: bool = False
     stopped: bool = False
-    wake: asyncio.Event | None = None
-    kick_delay: float = 0.0
     first_within: float | None = None
 
 
@@ -137,40 +133,6 @@ class Loops(Generic[T]):
         if not loop.ticking:
             loop.task.cancel()
 
-    def kick(self, which: Callable[[T], bool], within: float = 0.0) -> int:
-        """Make every loop whose latest value ``which`` accepts tick now (or, with
-        ``within``, at a spread delay in ``[0, within)``, so many kicked loops do not tick
-        in one burst), unless it is ticking, and move its grid there; returns how many
-        were kicked."""
-        kicked = 0
-        for loop in self._loops.values():
-            if not loop.ticking and not loop.stopped and which(loop.value):
-                if loop.wake is None:
-                    loop.wake = asyncio.Event()
-                loop.kick_delay = self._spread(within) if within > 0 else 0.0
-                loop.wake.set()
-                kicked += 1
-        return kicked
-
-    async def _wait(self, loop: _Loop[T], delay: float) -> bool:
-        """Sleep ``delay`` unless kicked first; True if kicked."""
-        if loop.wake is None:
-            loop.wake = asyncio.Event()
-        if loop.wake.is_set():
-            loop.wake.clear()
-            return True
-        sleeper = asyncio.ensure_future(self._sleep(delay))
-        waker = asyncio.ensure_future(loop.wake.wait())
-        try:
-            await asyncio.wait({sleeper, waker}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            sleeper.cancel()
-            waker.cancel()
-        if loop.wake.is_set():
-            loop.wake.clear()
-            return True
-        return False
-
     def next_due(self, start: float, now: float) -> float:
         """The first grid point ``start + k * interval`` strictly after ``now``."""
         periods = max(0, math.floor((now - start) / self.interval) + 1)
@@ -182,13 +144,8 @@ class Loops(Generic[T]):
         due = start
         while True:
             delay = due - self._clock()
-            if delay > 0 and await self._wait(loop, delay):  # stop() cancels a loop here
-                # Kicked: tick now (or after the kick's spread), the grid goes from there.
-                start = due = self._clock() + loop.kick_delay
-                if loop.kick_delay > 0:
-                    continue
-            elif loop.wake is not None:
-                loop.wake.clear()  # a kick while it was due anyway
+            if delay > 0:
+                await self._sleep(delay)  # stop() cancels a loop here
             loop.ticking = True
             try:
                 await self._tick(loop.value)
