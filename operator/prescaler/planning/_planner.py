@@ -9,8 +9,8 @@ The rules, in order:
    now (the forecast mean's peak, or the observed demand if larger; when demand runs
    above the forecast's mean now, the forecast's climb over the lookahead from the
    observed level) plus the pool's typical demand, times the margin, less that typical
-   demand; until the pool's own
-   lookaheads calibrate the margin, the forecast's upper band. Without it, the forecast's
+   demand; until the pool's own lookaheads calibrate the margin, the forecast's upper
+   band. Without it, the forecast's
    *upper* quantile over the lookahead. The latest observed demand times
    ``observed_headroom`` (default 1: the present only) is a floor under it (the nowcast
    guard), so a forecast that lags a level shift never plans below what is already
@@ -252,8 +252,8 @@ class PlanInputs:
     """The peak risk model's margin (:mod:`prescaler.planning._risk`). With it, the
     forecast's requirement is :func:`sized_demand` of ``max(forecast mean peak over the
     lookahead, observed, observed x the forecast's climb)`` (the forecast's upper band
-    until calibrated), and a release
-    keeps exactly that; without it, the forecast's upper band."""
+    until calibrated), and a release keeps exactly that; without it, the forecast's upper
+    band."""
     decision_interval_seconds: float = 0.0
     """How long this plan stands: the time to the next decision (the operator's reconcile
     period). The lookahead covers it too, since capacity the next decision asks for is
@@ -501,7 +501,7 @@ def plan(inputs: PlanInputs) -> ScalePlan:
         risk_base = max(mean_peak, observed if observed is not None and seen else 0.0)
         source = f"observed{rising}" if risk_base > mean_peak else "forecast mean peak"
         climbed = _climb_at_observed(points, step, now, mean_peak, observed if seen else None)
-        if climbed is not None and climbed > risk_base:
+        if climbed is not None:  # above both the observation and the mean's peak
             risk_base, source = climbed, f"observed{rising} x the forecast's climb"
         risk_unit = max(_replica_rate(capacity), inputs.risk.typical)
         margin = inputs.risk.margin
