@@ -10,17 +10,16 @@ The rules, in order:
    above the forecast's mean now, the forecast's climb over the lookahead from the
    observed level) plus the pool's typical demand, times the margin, less that typical
    demand; until the pool's own lookaheads calibrate the margin, the forecast's upper
-   band. Without it, the forecast's
-   *upper* quantile over the lookahead. The latest observed demand times
-   ``observed_headroom`` (default 1: the present only) is a floor under it (the nowcast
-   guard), so a forecast that lags a level shift never plans below what is already
-   arriving. (The capacity model's own headroom
-   multiplies both.) A full fleet serves only its capacity and queues the rest, so its
-   served rate hides demand; when the queue is known, arrivals are what is served plus the
-   queue's growth (conservation), and the backlog must drain by the time new capacity
-   could arrive: the guard then asks for ``arrivals x headroom + waiting / lookahead``
-   (the queue term). It only ever adds: missing or garbage queue data is no term, and a
-   draining queue lowers nothing below the plain guard.
+   band. Without it, the forecast's *upper* quantile over the lookahead. The latest
+   observed demand times ``observed_headroom`` (default 1: the present only) is a floor
+   under it (the nowcast guard), so a forecast that lags a level shift never plans below
+   what is already arriving. (The capacity model's own headroom multiplies both.) A full
+   fleet serves only its capacity and queues the rest, so its served rate hides demand;
+   when the queue is known, arrivals are what is served plus the queue's growth
+   (conservation), and the backlog must drain by the time new capacity could arrive: the
+   guard then asks for ``arrivals x headroom + waiting / lookahead`` (the queue term). It
+   only ever adds: missing or garbage queue data is no term, and a draining queue lowers
+   nothing below the plain guard.
 2. **Windows.** Every scheduled window whose pre-warm span ``[start - lead, end)`` touches
    that lookahead adds its minimum (replicas, or load through the capacity model). The lead
    is stretched to the cold start plus margin when it is shorter, so the capacity is ready
