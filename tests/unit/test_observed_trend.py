@@ -107,7 +107,7 @@ def test_garbage_is_not_remembered() -> None:
     assert remember_observation((), NOW, None) == ()
 
 
-def test_the_trend_is_opt_in_and_the_spec_sets_it() -> None:
+def test_the_trend_is_on_by_default_and_the_spec_sets_it() -> None:
     base = {
         "target": {"name": "llm"},
         "maxReplicas": 4,
@@ -115,6 +115,6 @@ def test_the_trend_is_opt_in_and_the_spec_sets_it() -> None:
         "forecast": {"prometheus": {"url": "http://prometheus:9090"}},
     }
     default = ForecastSpec.model_fields["observed_trend_seconds"].default
-    assert scaling_policy(parse_spec(base)).observed_trend_seconds == default == 0
-    on = {**base, "forecast": {**base["forecast"], "observedTrendSeconds": 120}}
-    assert scaling_policy(parse_spec(on)).observed_trend_seconds == 120.0
+    assert scaling_policy(parse_spec(base)).observed_trend_seconds == default == 120
+    off = {**base, "forecast": {**base["forecast"], "observedTrendSeconds": 0}}
+    assert scaling_policy(parse_spec(off)).observed_trend_seconds == 0.0

@@ -287,13 +287,14 @@ class ForecastSpec(WireModel):
     """Expert override: the nowcast guard. The plan never falls below the latest observed
     demand times this (and the headroom). The default protects the present only; the
     calibrated margin covers what comes next."""
-    observed_trend_seconds: int = Field(default=0, ge=0, le=3600)
-    """Opt-in: the nowcast follows a ramp. While the observed demand rises (measured over
-    the last minute), the plan sizes for it as far up its rise as it climbs in this many
-    seconds: a climb under way is covered by its first order, as a reactive HPA's
-    proportional step covers it. 0 (the default): the latest observation as it is. A fall
-    is never extrapolated, nor a rise within a stabilization period after a release. On
-    traffic whose bursts decay as fast as they rise it costs more than it saves."""
+    observed_trend_seconds: int = Field(default=120, ge=0, le=3600)
+    """The nowcast follows a ramp. While the observed demand rises (measured over the last
+    minute), the plan sizes for it as far up its rise as it climbs in this many seconds: a
+    climb under way is covered by its first order, as a reactive HPA's proportional step
+    covers it, and a burst that no forecast announced is met from its first minute. 0: the
+    latest observation as it is. A fall is never extrapolated, nor a rise within a
+    stabilization period after a release. Above 120 s noise that looks like a climb makes
+    the fleet change direction twice in a stabilization period."""
 
     model_config = ConfigDict(
         json_schema_extra=validations(
