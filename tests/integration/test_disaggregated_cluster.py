@@ -79,7 +79,9 @@ def pd_spec(world: HistoryWorld) -> dict[str, Any]:
         "coldStart": {"mode": "auto", "seconds": 5, "marginSeconds": 0},
         # Released capacity stays for the test's length: a role that moved stays moved.
         "scaleDown": {"stabilizationSeconds": 3600},
-        "forecast": world.forecast(LIVE_RECENT_MEAN),
+        # The demand as it is, not where its step would be heading if it were a ramp
+        # (`observedTrendSeconds`, tested in `tests/unit/test_observed_trend.py`).
+        "forecast": {**world.forecast(LIVE_RECENT_MEAN), "observedTrendSeconds": 0},
         # The median of the peak over what is known, fixed: the capacity model's numbers,
         # not a margin learned from the one step this test plays, size the roles.
         "objective": {"startQuantile": 0.5, "adaptRate": 0},
