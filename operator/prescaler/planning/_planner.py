@@ -13,7 +13,9 @@ The rules, in order:
    band. Without it, the forecast's *upper* quantile over the lookahead. The latest
    observed demand times ``observed_headroom`` (default 1: the present only) is a floor
    under it (the nowcast guard), so a forecast that lags a level shift never plans below
-   what is already arriving. (The capacity model's own headroom multiplies both.) A full
+   what is already arriving; while it rises, the observation is taken as far up its rise
+   as it climbs in ``observed_trend_seconds`` (the spec's default, 120 s: the ramp
+   nowcast). (The capacity model's own headroom multiplies both.) A full
    fleet serves only its capacity and queues the rest, so its served rate hides demand;
    when the queue is known, arrivals are what is served plus the queue's growth
    (conservation), and the backlog must drain by the time new capacity could arrive: the
