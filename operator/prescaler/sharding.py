@@ -33,10 +33,11 @@ The Leases that carry the assignment (one per shard, one per member slot) are
   The most loaded replica gives up (after it stops acting on it) the shard whose move to
   the least loaded one leaves the larger of their two loads lowest, one per round and
   only if that lowers it by a quarter of the shard (:data:`MOVE_GAIN`): each such move
-  lowers the sum of squared loads, so the moves end, and a replica that joins takes from
-  the loaded ones rather than setting off moves among them. Every replica computes the
-  same from the same Leases; while their views differ, the Leases still keep a shard on
-  one replica at a time.
+  lowers the sum of squared loads, so the moves end (:func:`settle` finds where). A
+  replica that joins takes from the loaded ones; a move among them follows only where the
+  one it took from is left the least loaded and that same bar is met. Every replica
+  computes the same from the same Leases; while their views differ, the Leases still
+  keep a shard on one replica at a time.
 """
 
 from __future__ import annotations
@@ -289,6 +290,34 @@ def balance(
     if load[my_slot] - worse(best)[0] < MOVE_GAIN * weights[best]:
         return Moves()  # too little to gain for what the move costs
     return Moves(release=(best,))
+
+
+def settle(
+    weights: Sequence[float],
+    holders: Mapping[int, int | None],
+    live_slots: Sequence[int],
+    rounds: int = 100,
+) -> dict[int, int | None]:
+    """Where :func:`balance` leaves the shards from ``holders`` (shard -> slot, ``None``:
+    free) if the replicas on ``live_slots`` take their rounds in turn and nothing else
+    changes: a shard given up is free at once and taken when a round says so. The
+    replicas reach the same from the same Leases (only the most loaded gives a shard up,
+    and a free shard goes to the replica every round names). Raises ``RuntimeError`` if
+    shards still move after ``rounds`` rounds (each move lowers the sum of squared loads,
+    so they end)."""
+    now: dict[int, int | None] = dict(holders)
+    for _ in range(rounds):
+        moved = False
+        for slot in live_slots:
+            moves = balance(weights, now, live_slots, slot)
+            for shard in moves.release:
+                now[shard] = None
+            for shard in moves.acquire:
+                now[shard] = slot
+            moved = moved or bool(moves.release or moves.acquire)
+        if not moved:
+            return now
+    raise RuntimeError(f"shards still move after {rounds} rounds: {now}")
 
 
 def shard_lease_name(base: str, shard: int) -> str:

@@ -23,7 +23,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from cluster.launcher import LocalCluster
 from integration.operator_fixtures import Kube, operator_process, wait_for
 from prescaler.api import GROUP, PLURAL, VERSION
-from prescaler.sharding import pool_shard, shard_lease_name
+from prescaler.sharding import pool_shard, settle, shard_lease_name, slot_lease_name
 
 POOLS = 300
 SHARDS = 6
@@ -186,14 +186,16 @@ def owners_of(views: dict[str, View]) -> tuple[dict[str, str], set[str]]:
 
 
 def steady(
-    k: Kube, running: Replicas, shards: dict[str, int], quotas: list[int]
+    k: Kube, running: Replicas, shards: dict[str, int], quotas: list[int] | None
 ) -> dict[str, str] | None:
     """Pool -> serving replica, once every pool is served by exactly one replica, the
-    replicas serve ``quotas`` shards, and every status names the pool's replica and shard.
-    The statuses are read after the metrics and the metrics again after them, so a move
-    in between is seen."""
+    replicas serve ``quotas`` shards (``None``: any), and every status names the pool's
+    replica and shard. The statuses are read after the metrics and the metrics again
+    after them, so a move in between is seen."""
     views = running.views()
-    if views is None or sorted(v.shards for v in views.values()) != sorted(quotas):
+    if views is None:
+        return None
+    if quotas is not None and sorted(v.shards for v in views.values()) != sorted(quotas):
         return None
     owners, doubled = owners_of(views)
     if doubled or set(owners) != set(shards):
@@ -206,6 +208,40 @@ def steady(
     if again is None or owners_of(again) != (owners, set()):
         return None
     return owners
+
+
+def _leases(k: Kube) -> dict[str, str | None]:
+    """Lease name -> holder identity (``None``: none), in the test's namespace."""
+    api: Any = client.CoordinationV1Api(k.apps.api_client)
+    return {
+        lease.metadata.name: lease.spec.holder_identity if lease.spec is not None else None
+        for lease in api.list_namespaced_lease(k.ns).items
+    }
+
+
+def shard_holders(k: Kube) -> tuple[dict[int, str | None], dict[str, int]]:
+    """Shard -> the replica its Lease names, and replica -> the member slot it holds."""
+    leases = _leases(k)
+    holders = {i: leases.get(shard_lease_name("prescaler", i)) for i in range(SHARDS)}
+    slots = {}
+    for i in range(SHARDS):
+        holder = leases.get(slot_lease_name("prescaler", i))
+        if holder:
+            slots[holder] = i
+    return holders, slots
+
+
+def by_rule(
+    shards: dict[str, int], holders: dict[int, str | None], slots: dict[str, int]
+) -> dict[int, str | None]:
+    """Shard -> replica where the balance rule (:func:`prescaler.sharding.settle`) leaves
+    the shards from ``holders``, with the replicas on ``slots``; a shard weighs its pools
+    plus one, as its holder writes on its Lease."""
+    weights = [1.0 + sum(s == i for s in shards.values()) for i in range(SHARDS)]
+    start = {i: slots.get(h) if h else None for i, h in holders.items()}
+    identity = {slot: name for name, slot in slots.items()}
+    left = settle(weights, start, sorted(slots.values()))
+    return {i: identity[s] if s is not None else None for i, s in left.items()}
 
 
 def lease_holder(kube: Any, namespace: str, shard: int) -> str | None:
@@ -308,7 +344,10 @@ class Join:
 
     before: dict[str, str]
     after: dict[str, str]
-    """Pool -> replica before the join, and once the four share the shards."""
+    """Pool -> replica before the join, and once the four share the shards where the
+    balance rule leaves them (no replica's round would move a shard)."""
+    expected: dict[str, str]
+    """Pool -> replica where the balance rule leaves them from the Leases before the join."""
     moved: set[str]
     joined_at: float
     """Wall-clock time of the join."""
@@ -326,6 +365,7 @@ def join_one(k: Kube, running: Replicas, shards: dict[str, int], joiner: str = "
     before = wait_for(
         lambda: steady(k, running, shards, [2, 2, 2]), 300, "three steady replicas", 1.0
     )
+    held_before, _ = shard_holders(k)
     reads: list[tuple[float, str, View]] = []
     stop = threading.Event()
 
@@ -342,12 +382,20 @@ def join_one(k: Kube, running: Replicas, shards: dict[str, int], joiner: str = "
     try:
         joined_at = time.time()
         running.start(joiner)
-        after = wait_for(
-            lambda: steady(k, running, shards, [2, 2, 1, 1]),
-            300,
-            "four replicas sharing the 6 shards 2, 2, 1, 1",
-            1.0,
-        )
+
+        def settled() -> dict[str, str] | None:
+            owners = steady(k, running, shards, None)
+            if owners is None:
+                return None
+            holders, slots = shard_holders(k)
+            if set(slots) != set(running.procs) or by_rule(shards, holders, slots) != holders:
+                return None  # a replica is still to join, or a move is still to come
+            return owners
+
+        after = wait_for(settled, 300, "four replicas where the balance rule leaves them", 1.0)
+        _, slots = shard_holders(k)
+        left = by_rule(shards, held_before, slots)
+        expected = {p: str(left[s]) for p, s in shards.items()}
         moved = {p for p in shards if after[p] != before[p]}
 
         def reconciled_after_the_join() -> bool:
@@ -365,4 +413,4 @@ def join_one(k: Kube, running: Replicas, shards: dict[str, int], joiner: str = "
         recorder.join(30)
     worst, where = worst_gap(reads, shards, joined_at)
     reconciled = {p for _, _, view in reads for p, t in view.last.items() if t > joined_at}
-    return Join(before, after, moved, joined_at, worst, where, reconciled)
+    return Join(before, after, expected, moved, joined_at, worst, where, reconciled)

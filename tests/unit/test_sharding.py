@@ -26,6 +26,7 @@ from prescaler.sharding import (
     pool_shard,
     primary_target,
     relabel_selector,
+    settle,
     shard_key,
     shard_labels,
     shard_of,
@@ -265,26 +266,8 @@ def _settle(
     weights: list[float],
     slots: list[int],
     start: dict[int, int | None] | None = None,
-    rounds: int = 50,
 ) -> dict[int, int | None]:
-    """Every replica's rounds, one after another, from ``start`` (all free by default),
-    with a shard given up becoming free at once and taken when a replica's round says so,
-    until nothing moves."""
-    holders = dict(start) if start else dict.fromkeys(range(len(weights)))
-    for _ in range(rounds):
-        moved = False
-        for slot in slots:
-            moves = balance(weights, holders, slots, slot)
-            for shard in moves.release:
-                holders[shard] = None
-                moved = True
-            for shard in moves.acquire:
-                assert holders[shard] is None
-                holders[shard] = slot
-                moved = True
-        if not moved:
-            return holders
-    raise AssertionError(f"still moving after {rounds} rounds: {holders}")
+    return settle(weights, start or dict.fromkeys(range(len(weights))), slots)
 
 
 def _loads(weights: list[float], holders: dict[int, int | None]) -> dict[int | None, float]:
@@ -325,6 +308,21 @@ def test_a_replica_that_joins_takes_from_the_loaded_ones_only() -> None:
     assert moved
     assert all(after[shard] == 3 for shard in moved)
     assert Counter(after.values())[3] >= 1
+
+
+def test_a_join_can_leave_the_one_it_took_from_least_loaded_and_take_a_second_move() -> None:
+    """Seen with 300 pools on 6 shards: the joiner takes 53 from the most loaded (106),
+    which is then the least loaded; the next most loaded (102) gives it 39, which lowers
+    the larger of their two loads by 10, a quarter of 39 and more. The replicas move
+    exactly what the rule says: the cluster test compares them with :func:`settle`."""
+    weights = [53.0, 39.0, 48.0, 63.0, 53.0, 50.0]
+    before: dict[int, int | None] = {0: 2, 4: 2, 2: 0, 5: 0, 1: 1, 3: 1}
+    assert balance(weights, before, [0, 1, 2, 3], 2) == Moves(release=(4,))
+    after = settle(weights, before, [0, 1, 2, 3])
+    assert after == {0: 2, 1: 2, 2: 0, 3: 1, 4: 3, 5: 0}
+    # A quarter is the bar: with shard 1 two pools heavier, the gain (10) falls below it.
+    heavier = [53.0, 41.0, 48.0, 63.0, 53.0, 50.0]
+    assert settle(heavier, before, [0, 1, 2, 3]) == {**before, 4: 3}
 
 
 def test_free_shards_go_heaviest_first_to_the_least_loaded() -> None:
