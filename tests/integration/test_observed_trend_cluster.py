@@ -36,6 +36,7 @@ CLIMB = 6.0 / 60
 MODEL = {"tokensPerSecond": 3750, "promptTokens": 600, "outputTokens": 150}
 REPLICA_RPS = 5.0
 TREND_SECONDS = 120.0
+MAX_REPLICAS = 10
 RISING = re.compile(r"rising ([-+.\deE]+)/s, ([-+.\deE]+) now")
 
 
@@ -43,7 +44,7 @@ def pool(world: HistoryWorld, target: str, **forecast: Any) -> dict[str, Any]:
     return world.pool_spec(
         {
             "minReplicas": 1,
-            "maxReplicas": 10,
+            "maxReplicas": MAX_REPLICAS,
             "model": MODEL,
             "coldStart": {"mode": "fixed", "seconds": 5, "marginSeconds": 0},
             # The median of the peak, fixed: the demand and its climb size the pools, not
@@ -89,7 +90,8 @@ def test_a_live_climb_is_sized_where_it_is_heading(world: HistoryWorld) -> None:
             continue
         rise, observed = float(found[1]), float(found[2])
         now_needs = math.ceil(observed / REPLICA_RPS)
-        heading_needs = math.ceil((observed + rise * TREND_SECONDS) / REPLICA_RPS)
+        heading = math.ceil((observed + rise * TREND_SECONDS) / REPLICA_RPS)
+        heading_needs = min(heading, MAX_REPLICAS)
         assert plan["targetReplicas"] >= heading_needs, plan
         if heading_needs > now_needs:
             ahead.append(plan)
