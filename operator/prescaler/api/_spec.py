@@ -579,11 +579,11 @@ class ObjectiveSpec(WireModel):
     served_fraction: float | None = Field(default=None, ge=0.5, le=0.99999)
     """Absolute objective: the share of demand to serve without waiting for capacity.
     Unset: the relative objective (``relativeToHpa``)."""
-    relative_to_hpa: float = Field(default=0.2, gt=0, le=1)
+    relative_to_hpa: float = Field(default=0.1, gt=0, le=1)
     """Relative objective (the default): the share of the demand a reactive HPA would leave
-    waiting on the same traffic that the plan may leave waiting. 0.2: a fifth of the HPA's
-    (chosen on the first halves of the benchmark traces, ``benchmarks/README.md``, "The
-    HPA's record, not its minutes")."""
+    waiting on the same traffic that the plan may leave waiting. 0.1: a tenth of the HPA's
+    (chosen on the first halves of the benchmark traces with the ramp nowcast on,
+    ``benchmarks/README.md``, "A lower relativeToHpa with the ramp nowcast")."""
     relative_floor: float = Field(default=0.0001, ge=0, le=0.1)
     """Relative objective: the target share of demand left waiting is never below this,
     so a pool on which the HPA would leave nothing waiting is not sized for ever rarer
