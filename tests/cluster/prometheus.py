@@ -13,6 +13,10 @@ The traps this module handles for its callers:
   deleted at start; the server runs with a 10-year retention.
 * A range query is capped at 11,000 points per series; ``query_range`` refuses a larger
   one up front with a clear error instead of Prometheus' 400.
+
+The server keeps Prometheus' query log (``global.query_log_file``): ``instant_queries``
+says at which evaluation times a client asked an instant query, so a test can replay
+exactly what an operator read, whenever its reconciles ran.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ import urllib.request
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -281,14 +286,32 @@ class Prometheus:
             [proc],
         )
 
+    @property
+    def query_log(self) -> Path:
+        """Prometheus' query log: one JSON line per query the server answered."""
+        return self.data_dir / "queries.log"
+
+    def instant_queries(self, promql: str) -> list[float]:
+        """The evaluation times (unix s, in the order asked) of the instant queries of
+        exactly ``promql`` that the server answered, from its query log."""
+        times: list[float] = []
+        if not self.query_log.exists():
+            return times
+        for line in self.query_log.read_text().splitlines():
+            params = json.loads(line).get("params", {})
+            if params.get("query") == promql and params.get("step") == 0:
+                end = str(params["end"]).replace("Z", "+00:00")
+                times.append(datetime.fromisoformat(end).timestamp())
+        return times
+
     def _config(self) -> str:
         interval = f"{self.scrape_interval_s:g}s"
+        head = f"global:\n  scrape_interval: {interval}\n  query_log_file: {self.query_log}\n"
         if not self.scrape_targets:
-            return f"global:\n  scrape_interval: {interval}\nscrape_configs: []\n"
+            return f"{head}scrape_configs: []\n"
         targets = ", ".join(f'"{t}"' for t in self.scrape_targets)
         return (
-            f"global:\n  scrape_interval: {interval}\n"
-            "scrape_configs:\n"
+            head + "scrape_configs:\n"
             f"  - job_name: {SCRAPE_JOB}\n"
             "    honor_labels: true\n"
             f"    static_configs:\n      - targets: [{targets}]\n"

@@ -1,20 +1,21 @@
-"""A pool in dry run reports what a shadow HPA would have done, and it agrees with the
-backtest of the same stretch.
+"""A pool in dry run reports what a shadow HPA would have done: the same numbers as the
+backtest library's shadow replayed on exactly what the operator read.
 
 The pool reads backfilled vLLM history from a real Prometheus (a request rate that jumps
 from 6 to 22 req/s for two minutes in every six). The operator runs the shadow HPA on the
-demand it observes; then the backtest's reactive policy replays the same stretch of the
-same Prometheus series (per-minute means of the pool's demand query) through the
-backtest's fleet, from the replicas the shadow started with. Their GPU-hours, short
-minutes and unserved share must agree within :data:`GPU_HOURS_TOLERANCE`,
-:data:`SHORT_MINUTES_TOLERANCE` and :data:`UNSERVED_TOLERANCE`: the live shadow sees each
-step's demand as the reconcile after it observed it, the backtest sees per-minute means
-30 s late (its metric lag), so a jump can land a sync apart. The operator starts in the low
-phase (:data:`START_PHASE`): a stretch that starts on a jump gives the backtest's first
-per-minute mean (and so its first decisions) a demand the shadow never saw, and over nine
-minutes that start weighs more than any later difference. The rate's phase is counted from
-an origin the test picks (:func:`_origin`) so that the pool starts there at once, instead
-of waiting for the wall clock to come round to it.
+demand it observes at each reconcile. Prometheus' query log says at which evaluation times
+the operator asked its demand query; the test asks the same query at the same times and
+steps the pure shadow (:func:`~prescaler.backtest.shadow_step`, which runs the backtest's
+:class:`~prescaler.backtest.ReactivePolicy`) through them. The operator's GPU-hours, short
+minutes and unserved share must be the replay's, within :data:`GPU_HOURS_TOLERANCE`,
+:data:`SHORT_MINUTES_TOLERANCE` and :data:`UNSERVED_TOLERANCE`, however late its reconciles
+ran on a busy machine: the comparison is of the wiring (the demand's unit, the target, the
+cold start, the counters kept across reconciles), not of when the reconciles happened.
+That the shadow makes the backtest's decisions on the same demand is pinned without I/O in
+``tests/unit/test_shadow_hpa.py``. (A backtest of per-minute means instead, as the operator
+would replay a day, differs from the live shadow by up to a fifth at some start phases: the
+HPA holds the highest recommendation for five minutes, and a minute's mean is below the
+jump's instantaneous peak.)
 
 A restarted operator goes on counting from ``status.againstHpa`` (its own test, pool and
 Prometheus, so that it runs beside the comparison rather than after it).
@@ -26,7 +27,6 @@ import math
 import time
 from typing import Any
 
-import numpy as np
 import pytest
 
 from integration.history_world import (  # noqa: F401 (fixtures)
@@ -35,7 +35,7 @@ from integration.history_world import (  # noqa: F401 (fixtures)
     world_fixture,
 )
 from integration.operator_fixtures import Kube, crd_fixture, wait_for  # noqa: F401 (fixtures)
-from prescaler.backtest import Demand, FleetConfig, ReactivePolicy, score, simulate
+from prescaler.backtest import Observed, ReactivePolicy, ShadowSetup, ShadowState, shadow_step
 from prescaler.sources import render_queries
 
 pytestmark = [
@@ -48,18 +48,16 @@ pytestmark = [
 PERIOD, HIGH_SECONDS = 360.0, 120.0
 HIGH, LOW = 22.0, 6.0
 COLD_START = 60.0
+SYNC = ReactivePolicy.sync_seconds
 OBSERVE_MINUTES = 9
-START_PHASE = (240.0, 330.0)
-"""Where in the period the compared stretch starts: after the 2-minute rate window has
-settled on the low rate (two minutes after the jump ends: until then the demand the shadow
-first sees is still high and it starts with the replicas that meet the next jump in
-time), before the next jump."""
-GPU_HOURS_TOLERANCE = 0.10
-"""Relative: the shadow's GPU-hours against the backtest's."""
-SHORT_MINUTES_TOLERANCE = 2
-UNSERVED_TOLERANCE = 0.1
-"""Absolute, on the share of demand left unserved (one jump or two in the stretch: a jump
-met a sync apart moves it by several points)."""
+START_PHASE = 240.0
+"""Where in the period the pool is created: after the 2-minute rate window has settled on
+the low rate, before the next jump, so that the shadow starts low and meets a jump."""
+GPU_HOURS_TOLERANCE = 0.02
+"""Relative: the operator's GPU-hours against the replay's (the status rounds them)."""
+SHORT_MINUTES_TOLERANCE = 0
+UNSERVED_TOLERANCE = 0.005
+"""Absolute, on the share of demand left unserved."""
 RESTART_PHASE = 270.0
 """Where in the period the restart test's pool starts: low and settled, a jump 90 s away,
 so that a short minute is counted before the restart."""
@@ -106,12 +104,28 @@ def _observed_minutes(against: dict[str, Any]) -> float:
     return float(sum(h.get("seconds", 0.0) for h in against.get("hours", []))) / 60.0
 
 
-def test_a_dry_run_pool_compares_itself_with_a_shadow_hpa_as_the_backtest_does(
+def _replay(
+    world: HistoryWorld, query: str, setup: ShadowSetup, clock: float
+) -> tuple[ShadowState, int]:
+    """The pure shadow stepped through the operator's reads of ``query`` (from Prometheus'
+    query log) up to the sync ``clock``, on what Prometheus answers at those times; and
+    how many reads that was."""
+    state, reads = ShadowState(), 0
+    for at in world.prometheus.instant_queries(query):
+        if math.floor(at / SYNC) * SYNC > clock + 1e-6:
+            break
+        result = world.prometheus.query(query, at)["result"]
+        demand = float(result[0]["value"][1]) if result else None
+        state = shadow_step(state, setup, Observed(at, demand, ready=1, existing=1, planned=1))
+        reads += 1
+    return state, reads
+
+
+def test_a_dry_run_pool_counts_against_a_shadow_hpa_as_a_replay_of_what_it_read(
     world: HistoryWorld,
 ) -> None:
-    k, prometheus = world.kube, world.prometheus
-    origin = _origin(START_PHASE[0])  # the pool starts in the low phase
-    _pool_over_history(world, origin)
+    k = world.kube
+    _pool_over_history(world, _origin(START_PHASE))  # the pool starts in the low phase
     with world.operator(interval_seconds=2.0):
         wait_for(
             lambda: _observed_minutes(_against(k)) >= OBSERVE_MINUTES,
@@ -119,7 +133,7 @@ def test_a_dry_run_pool_compares_itself_with_a_shadow_hpa_as_the_backtest_does(
             f"{OBSERVE_MINUTES} minutes compared with the shadow HPA",
             interval=2.0,
         )
-    against = _against(k)  # the last status the operator wrote
+    against = _against(k)  # the last status the operator wrote (flushed as it stopped)
     assert against["basis"] == "plan"  # dry run: prescaler's side is its plan's fleet
     assert against["hpa"]["targetFrom"] == "default"
     assert against["hpa"]["target"] == ReactivePolicy.target
@@ -133,44 +147,28 @@ def test_a_dry_run_pool_compares_itself_with_a_shadow_hpa_as_the_backtest_does(
     else:
         assert against["summary"].endswith("%)")
 
-    # The backtest of the same stretch: the steps the shadow scored, [first, clock).
-    clock = against["clock"]
-    seconds = sum(h["seconds"] for h in against["hours"])
-    first = clock - seconds
-    phase = (first - origin) % PERIOD
-    assert START_PHASE[0] <= phase < START_PHASE[1], f"the operator started late ({phase:.0f} s)"
-    minutes = int(seconds // 60)
     query = render_queries("vllm", selector=world.selector, window="2m").demand_query
-    # The shadow scored each step on the demand the reconcile after it observed.
-    values = prometheus.query_range(query, first + 15, first + 60 * minutes, 15)["result"]
-    rates = np.array([float(v) for _, v in values[0]["values"]])
-    assert len(rates) == 4 * minutes
-    per_minute = rates.reshape(minutes, 4).mean(axis=1)
-    cap = against["hpa"]["replicaCapacity"]
-    demand = Demand(
-        start=first,
-        tokens_per_s=per_minute,
-        observed_requests_per_s=per_minute,
-        prompt_tokens=1.0,
-        output_tokens=0.0,
-    )
-    # The shadow started where an HPA at its target would be for the demand it first saw.
-    started = float(prometheus.query(query, first)["result"][0]["value"][1])
-    config = FleetConfig(
-        replica_tokens_per_second=cap,
-        cold_start_seconds=COLD_START,
+    setup = ShadowSetup(
+        replica_capacity=against["hpa"]["replicaCapacity"],
+        min_replicas=1,
         max_replicas=10,
-        initial_replicas=math.ceil(started / (ReactivePolicy.target * cap) - 1e-9),
+        cold_start_seconds=COLD_START,
+        target=ReactivePolicy.target,
     )
-    run = simulate(demand, ReactivePolicy(cap, config.min_replicas, config.max_replicas), config)
-    backtest = score(run, demand, config)
-    # The stretch holds at least one jump, which the HPA meets one cold start late.
-    assert backtest.shortfall_minutes >= 1
-    assert day["hpaGpuHours"] == pytest.approx(backtest.gpu_hours, rel=GPU_HOURS_TOLERANCE)
-    assert abs(day["hpaShortMinutes"] - backtest.shortfall_minutes) <= SHORT_MINUTES_TOLERANCE
-    assert day["hpaUnservedFraction"] == pytest.approx(
-        backtest.unserved_token_fraction, abs=UNSERVED_TOLERANCE
-    )
+    replay, reads = _replay(world, query, setup, against["clock"])
+    assert replay.clock == against["clock"]
+    assert reads >= OBSERVE_MINUTES * 4  # a read a sync at least, however busy the machine
+    hours = replay.hours
+    seconds = sum(h.seconds for h in hours)
+    assert seconds == pytest.approx(sum(h["seconds"] for h in against["hours"]))
+    hpa_gpu_hours = sum(h.hpa_gpu_hours for h in hours)
+    unserved = sum(h.hpa_unserved for h in hours) / sum(h.demand for h in hours)
+    short = sum(h.hpa_short_minutes for h in hours)
+    # Nine minutes hold at least one jump, which the HPA meets one cold start late.
+    assert short >= 1
+    assert day["hpaGpuHours"] == pytest.approx(hpa_gpu_hours, rel=GPU_HOURS_TOLERANCE)
+    assert abs(day["hpaShortMinutes"] - short) <= SHORT_MINUTES_TOLERANCE
+    assert day["hpaUnservedFraction"] == pytest.approx(unserved, abs=UNSERVED_TOLERANCE)
     # The plan's fleet is prescaler's side: it runs replicas and reports what it left.
     assert day["gpuHours"] > 0
     assert day["unservedFraction"] is not None
