@@ -11,8 +11,10 @@ from prescaler.api import parse_spec, risk_objective
 from prescaler.capacity import CapacityModel, TokenProfile
 from prescaler.controller.status import peak_risk, risk_status
 from prescaler.planning import (
+    BUDGET_RATE,
     LEVEL_BUCKETS,
     LOG_BINS,
+    MIN_RELATIVE_SCALE,
     FleetState,
     PeakRisk,
     PlanInputs,
@@ -430,6 +432,85 @@ def test_the_status_names_the_objective_in_force_and_keeps_its_target() -> None:
     assert status.target_waited_fraction == pytest.approx(0.2)
     assert peak_risk(status).target == pytest.approx(0.2)
     assert risk_status(risk, None, objective()).objective == "servedFraction"
+
+
+def steady(
+    risk: PeakRisk, obj: RiskObjective, minutes: int, ready: float, hpa_ready: float
+) -> PeakRisk:
+    """``minutes`` of observations every 15 s: demand 100 (the HPA leaves 20 % waiting,
+    ready 80), our ready capacity ``ready``, the HPA's ``hpa_ready``; a lookahead a minute."""
+    t = risk.observed_at if risk.observed_at is not None else 0.0
+    for _ in range(minutes):
+        risk = record_risk(risk, t, t + 60, 100.0, 100.0)
+        for _ in range(4):
+            t += 15
+            risk = observe_risk(risk, obj, t, 100.0, ready, None, hpa_ready, None)
+    return risk
+
+
+def test_a_pool_cheaper_than_its_budget_spends_the_difference_on_waiting_less() -> None:
+    """With ``budgetToHpa``, a pool whose ready capacity stays below that share of the
+    shadow HPA's scales ρ down (an integral controller), to a tenth of ρ at most; its
+    target follows, and the record survives a restart through the status."""
+    obj = replace(relative(rho=0.5, floor=0.0001, level=0.9), budget_to_hpa=0.9)
+    risk = steady(PeakRisk(), obj, 10, ready=64.0, hpa_ready=80.0)  # 0.8 x the HPA's
+    assert risk.capacity_ratio == pytest.approx(0.8)
+    # Ten minutes at 0.1 below the budget: the log of the scale fell by 0.04 x 10 x 0.1
+    # (the first observation has no interval: nothing to weigh).
+    assert math.log(risk.relative_scale) == pytest.approx(-BUDGET_RATE * (10 - 0.25) * 0.1)
+    share = risk.hpa_share or 0.0
+    assert risk.target is not None
+    assert risk.target < 0.5 * share
+    status = risk_status(risk, risk_sizing(risk, obj), obj)
+    assert status.relative_scale == pytest.approx(risk.relative_scale)
+    assert status.capacity_to_hpa == pytest.approx(0.8)
+    restored = peak_risk(status)
+    assert restored.relative_scale == pytest.approx(risk.relative_scale)
+    assert restored.capacity_ratio == pytest.approx(0.8)
+    # Days below the budget: the scale stops at its least.
+    low = steady(restored, obj, 3 * 24 * 60, ready=40.0, hpa_ready=80.0)
+    assert low.relative_scale == pytest.approx(MIN_RELATIVE_SCALE)
+    share = low.hpa_share or 0.0
+    assert obj.target(share, low.relative_scale) == pytest.approx(0.5 * MIN_RELATIVE_SCALE * share)
+    assert low.target is not None
+    assert low.target < 0.15 * 0.5 * share  # faded toward it
+    # Dearer than the budget: the scale climbs back, never above ρ itself.
+    dear = steady(low, obj, 3 * 24 * 60, ready=120.0, hpa_ready=80.0)
+    assert dear.relative_scale == pytest.approx(1.0)
+    assert dear.capacity_ratio is not None
+    assert dear.capacity_ratio > 0.9
+
+
+def test_without_a_budget_or_the_hpa_s_capacity_rho_stays_as_it_is() -> None:
+    cheap = steady(PeakRisk(), relative(rho=0.5), 60, ready=40.0, hpa_ready=80.0)
+    assert cheap.relative_scale == 1.0
+    assert cheap.hpa_capacity == 0.0
+    assert risk_status(cheap, None, relative(rho=0.5)).relative_scale is None
+    budgeted = replace(relative(rho=0.5), budget_to_hpa=0.9)
+    risk = PeakRisk()
+    for k in range(40):  # no shadow HPA seen: no record, no scale
+        risk = observe_risk(risk, budgeted, 15.0 * k, 100.0, 40.0, None, None, None)
+    assert risk.relative_scale == 1.0
+    assert risk.capacity_ratio is None
+    # An absolute objective keeps no record either.
+    absolute = replace(objective(), budget_to_hpa=0.9)
+    assert not absolute.budgeted
+    with pytest.raises(ValueError, match="budget"):
+        replace(relative(rho=0.5), budget_to_hpa=0.0)
+
+
+def test_a_garbage_budget_record_in_status_starts_afresh() -> None:
+    obj = replace(relative(rho=0.5), budget_to_hpa=0.9)
+    status = risk_status(steady(PeakRisk(), obj, 5, 64.0, 80.0), None, obj)
+    for garbage in (
+        {"relative_scale": 0.0},
+        {"relative_scale": 3.0},
+        {"capacity_to_hpa": float("nan")},
+        {"hpa_capacity": -1.0},
+    ):
+        restored = peak_risk(status.model_copy(update=garbage))
+        assert restored.relative_scale == 1.0
+        assert restored.capacity_ratio is None
 
 
 def test_the_hours_follow_the_pools_day() -> None:

@@ -376,8 +376,9 @@ class RiskStatus(WireModel):
     ``servedFraction`` when the spec sets one."""
     target_waited_fraction: float | None = None
     """The objective's current ``ε``, the share of demand it lets wait, over recent
-    lookaheads (faded like the calibration): ``relativeToHpa`` times
-    ``hpaWaitedFraction``, at least ``relativeFloor``; or ``1 - servedFraction``."""
+    lookaheads (faded like the calibration): ``relativeToHpa`` (times ``relativeScale``
+    with a budget) times ``hpaWaitedFraction``, at least ``relativeFloor``; or
+    ``1 - servedFraction``."""
     hpa_waited_fraction: float | None = None
     """Share of the demand of recent lookaheads that waited for the shadow HPA (faded like
     the calibration): the HPA's record on this pool, which a relative ``ε`` is a share of
@@ -388,6 +389,15 @@ class RiskStatus(WireModel):
     waited_fraction: float | None = None
     """Share of demand that waited in recent lookaheads (faded like the calibration):
     what ``targetWaitedFraction`` is held against."""
+    relative_scale: float | None = None
+    """With ``spec.objective.budgetToHpa``: what ``relativeToHpa`` is scaled by now (1: as
+    it is; down to 0.1 while the pool costs less than its budget)."""
+    capacity_to_hpa: float | None = None
+    """With a budget: the pool's ready capacity over the shadow HPA's, over the last day or
+    so (faded): what the budget is held against."""
+    hpa_capacity: float | None = None
+    """With a budget: the shadow HPA's faded ready capacity (the plan's unit times
+    seconds) that ``capacityToHpa`` is a share of."""
     calibration: list[float] = Field(default_factory=list, max_length=100)
     """Faded counts of the scores, ``log((peak + unit) / (base + unit))``, in 100 bins from
     -0.5 to 2.0."""

@@ -80,6 +80,7 @@ def with_policy_flags(raw: dict[str, Any], args: argparse.Namespace) -> dict[str
         ("served_fraction", "servedFraction"),
         ("relative_to_hpa", "relativeToHpa"),
         ("relative_floor", "relativeFloor"),
+        ("budget_to_hpa", "budgetToHpa"),
         ("adapt_rate", "adaptRate"),
     ):
         if getattr(args, flag, None) is not None:

@@ -331,6 +331,13 @@ def register(subparsers: Any) -> None:
         f"demand left waiting (default {_default('relative_floor', ObjectiveSpec)})",
     )
     pol.add_argument(
+        "--budget-to-hpa",
+        type=positive_float,
+        help="spec.objective.budgetToHpa: while the plan costs less than this share of "
+        "a reactive HPA, it tightens its relative target (default "
+        f"{_default('budget_to_hpa', ObjectiveSpec)}; None: off)",
+    )
+    pol.add_argument(
         "--adapt-rate",
         type=non_negative_float,
         help="spec.objective.adaptRate: how far one lookahead moves the quantile level "

@@ -229,6 +229,21 @@ def peak_risk(previous: RiskStatus | None) -> PeakRisk:
         and hpa_demand > 0
     ):
         hpa_share, hpa_demand = 0.0, 0.0
+    # The budget's record (garbage starts it afresh, at the scale of 1).
+    ratio, hpa_capacity = previous.capacity_to_hpa, previous.hpa_capacity
+    scale = previous.relative_scale
+    if not (
+        ratio is not None
+        and hpa_capacity is not None
+        and scale is not None
+        and math.isfinite(ratio)
+        and math.isfinite(hpa_capacity)
+        and math.isfinite(scale)
+        and ratio >= 0
+        and hpa_capacity > 0
+        and 0 < scale <= 1
+    ):
+        ratio, hpa_capacity, scale = 0.0, 0.0, 1.0
     return PeakRisk(
         levels=levels,
         histogram=calibration,
@@ -241,6 +256,9 @@ def peak_risk(previous: RiskStatus | None) -> PeakRisk:
         target=previous.target_waited_fraction,
         hpa_waited=hpa_share * hpa_demand,
         hpa_demand=hpa_demand,
+        capacity=ratio * hpa_capacity,
+        hpa_capacity=hpa_capacity,
+        relative_scale=scale,
     )
 
 
@@ -294,6 +312,8 @@ def risk_status(
     in_force: Literal["relativeToHpa", "servedFraction"] | None = None
     if objective is not None:
         in_force = "relativeToHpa" if objective.relative else "servedFraction"
+    budgeted = objective is not None and objective.budgeted
+    ratio = risk.capacity_ratio
     return RiskStatus(
         margin=round(sizing.margin, 4) if sizing is not None and sizing.calibrated else None,
         quantile=None if not risk.levels or sizing is None else round(sizing.level, 6),
@@ -304,6 +324,9 @@ def risk_status(
         waited_fraction=None if risk.loss is None else round(risk.loss, 6),
         hpa_waited_fraction=None if risk.hpa_share is None else round(risk.hpa_share, 8),
         hpa_demand=round(risk.hpa_demand, 6) if risk.hpa_demand > 0 else None,
+        relative_scale=round(risk.relative_scale, 6) if budgeted else None,
+        capacity_to_hpa=None if ratio is None or not budgeted else round(ratio, 6),
+        hpa_capacity=round(risk.hpa_capacity, 3) if budgeted and ratio is not None else None,
         calibration=[round(w, 3) for w in risk.histogram],
         pending=[
             LookaheadStatus(

@@ -32,8 +32,11 @@ from prescaler.planning._planner import (
     remember_plan,
 )
 from prescaler.planning._risk import (
+    BUDGET_MEMORY_SECONDS,
+    BUDGET_RATE,
     LEVEL_BUCKETS,
     LOG_BINS,
+    MIN_RELATIVE_SCALE,
     PEAK_CEILING,
     Lookahead,
     PeakRisk,
@@ -48,9 +51,12 @@ from prescaler.planning._risk import (
 from prescaler.planning._windows import Occurrence, ScheduledWindow, event_windows
 
 __all__ = [
+    "BUDGET_MEMORY_SECONDS",
+    "BUDGET_RATE",
     "LEVELS",
     "LEVEL_BUCKETS",
     "LOG_BINS",
+    "MIN_RELATIVE_SCALE",
     "PEAK_CEILING",
     "Action",
     "AdmissionPolicy",

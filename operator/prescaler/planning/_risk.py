@@ -46,6 +46,14 @@ not any single forecast point. The risk model sizes it as ``(base + u) × margin
   halves, and no less than the floor bought elsewhere. A quiet pool, on which the HPA
   leaves nothing waiting, is held to the floor and its level falls, so it does not pay
   for bursts it never sees.
+* with a budget (``objective.budgetToHpa``), a pool that costs less than that share of
+  what the shadow HPA would cost spends the difference on waiting less: the record of
+  both fleets' ready capacity (faded over :data:`BUDGET_MEMORY_SECONDS`) drives a scale
+  on ``ρ`` down while the pool's is below the budget times the HPA's, and back up to 1
+  when it is above (an integral controller, :data:`BUDGET_RATE`; never below
+  :data:`MIN_RELATIVE_SCALE`, never above ``ρ`` itself). Where the forecast foretells the
+  day, a tighter target is nearly free; where the pool already costs what the HPA does,
+  nothing changes.
 
 Everything learned is a value (:class:`PeakRisk`): the operator keeps it in the pool's
 status, so a restarted or failed-over operator plans with the calibration it had, and the
@@ -60,8 +68,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 __all__ = [
+    "BUDGET_MEMORY_SECONDS",
+    "BUDGET_RATE",
     "LEVEL_BUCKETS",
     "LOG_BINS",
+    "MIN_RELATIVE_SCALE",
     "PEAK_CEILING",
     "Lookahead",
     "PeakRisk",
@@ -105,6 +116,18 @@ per-minute traces exactly as they were and cuts Azure's GPU-hours by 16-31 % for
 unserved demand; 1.5 cut more there but left more unserved on web."""
 
 
+BUDGET_MEMORY_SECONDS = 86400.0
+"""The record of both fleets' ready capacity that a budget
+(:attr:`RiskObjective.budget_to_hpa`) is held against fades over a day: a day's cycle
+weighs whole."""
+BUDGET_RATE = 0.04
+"""How fast the budget's scale on ``ρ`` moves: its log moves by this per minute times the
+pool's capacity over the HPA's, minus the budget (a pool at 0.8 × the HPA's with a budget of
+0.9 lowers its ``ρ`` by a factor e in about four hours)."""
+MIN_RELATIVE_SCALE = 0.1
+"""The budget tightens ``ρ`` to at most a tenth of itself."""
+
+
 @dataclass(frozen=True, slots=True)
 class RiskObjective:
     """What the risk model aims for and how fast it learns. Built from the spec
@@ -132,6 +155,10 @@ class RiskObjective:
     (used when :attr:`served_fraction` is ``None``)."""
     relative_floor: float = 0.0
     """The relative ``ε`` is never below this (the HPA left nothing, or little, waiting)."""
+    budget_to_hpa: float | None = None
+    """A relative objective's budget: while the pool's ready capacity is below this share
+    of the shadow HPA's, ``ρ`` is scaled down (:attr:`PeakRisk.relative_scale`); ``None``:
+    ``ρ`` as it is."""
 
     def __post_init__(self) -> None:
         sf = self.served_fraction
@@ -141,6 +168,9 @@ class RiskObjective:
                 raise ValueError("without a served fraction, relative to HPA must be in (0, 1]")
             if not (math.isfinite(self.relative_floor) and 0 <= self.relative_floor < 1):
                 raise ValueError("the relative floor must be in [0, 1)")
+            budget = self.budget_to_hpa
+            if budget is not None and not (math.isfinite(budget) and budget > 0):
+                raise ValueError("the budget relative to the HPA must be > 0")
         elif not (math.isfinite(sf) and 0 < sf < 1):
             raise ValueError("served fraction must be in (0, 1)")
         if not self.min_level <= self.level <= self.max_level:
@@ -155,15 +185,21 @@ class RiskObjective:
         """``ε`` follows the shadow HPA (no absolute served fraction)."""
         return self.served_fraction is None
 
-    def target(self, hpa_share: float | None) -> float:
-        """``ε``: absolute, or ``ρ`` times ``hpa_share`` (the share of recent demand that
-        waited for the shadow HPA, :attr:`PeakRisk.hpa_share`), at least the floor (the
-        floor alone before any HPA was seen)."""
+    def target(self, hpa_share: float | None, scale: float = 1.0) -> float:
+        """``ε``: absolute, or ``ρ`` (times the budget's ``scale``,
+        :attr:`PeakRisk.relative_scale`) times ``hpa_share`` (the share of recent demand
+        that waited for the shadow HPA, :attr:`PeakRisk.hpa_share`), at least the floor
+        (the floor alone before any HPA was seen)."""
         if self.served_fraction is not None:
             return 1.0 - self.served_fraction
         assert self.relative_to_hpa is not None
         share = hpa_share if hpa_share is not None and math.isfinite(hpa_share) else 0.0
-        return min(1.0, max(self.relative_floor, self.relative_to_hpa * share))
+        return min(1.0, max(self.relative_floor, self.relative_to_hpa * scale * share))
+
+    @property
+    def budgeted(self) -> bool:
+        """A relative objective with a budget: :func:`observe_risk` keeps the record."""
+        return self.relative and self.budget_to_hpa is not None
 
 
 @dataclass(frozen=True, slots=True)
@@ -226,6 +262,18 @@ class PeakRisk:
     faded like the histogram..."""
     hpa_demand: float = 0.0
     """...and their demand (of lookaheads with the HPA seen): :attr:`hpa_share`."""
+    capacity: float = 0.0
+    """The pool's ready capacity times the seconds it was observed over, faded over
+    :data:`BUDGET_MEMORY_SECONDS` (kept with a budget only)..."""
+    hpa_capacity: float = 0.0
+    """...and the shadow HPA's over the same observations: :attr:`capacity_ratio`."""
+    relative_scale: float = 1.0
+    """What the budget scales ``ρ`` by, in [:data:`MIN_RELATIVE_SCALE`, 1]."""
+
+    @property
+    def capacity_ratio(self) -> float | None:
+        """The pool's recent ready capacity over the shadow HPA's (``None``: no record)."""
+        return self.capacity / self.hpa_capacity if self.hpa_capacity > 0 else None
 
     @property
     def hpa_share(self) -> float | None:
@@ -382,6 +430,21 @@ def observe_risk(
     outcomes, loss, aim = risk.outcomes, risk.loss, risk.target
     hpa_waited, hpa_demand = risk.hpa_waited, risk.hpa_demand
     fade = 1.0 - 1.0 / objective.memory
+    capacity, hpa_capacity, scale = risk.capacity, risk.hpa_capacity, risk.relative_scale
+    budget = objective.budget_to_hpa
+    if (
+        objective.budgeted
+        and budget is not None
+        and valid
+        and ready_known
+        and hpa_known
+        and interval is not None
+        and ready_capacity is not None
+        and hpa_ready_capacity is not None
+    ):
+        capacity, hpa_capacity, scale = _budget_step(
+            (capacity, hpa_capacity, scale), ready_capacity, hpa_ready_capacity, interval, budget
+        )
     still: list[Lookahead] = []
     learned = False
     mean, peak = risk.mean_demand, risk.peak_demand
@@ -424,7 +487,7 @@ def observe_risk(
         if look.hpa_seen > 0 and look.demand > 0:
             hpa_waited = hpa_waited * fade + look.hpa_waited
             hpa_demand = hpa_demand * fade + look.demand
-        target = objective.target(_share(hpa_waited, hpa_demand))
+        target = objective.target(_share(hpa_waited, hpa_demand), scale)
         aim = target if aim is None else aim * fade + target * (1.0 - fade)
         outcomes += 1
         learned = True
@@ -447,4 +510,32 @@ def observe_risk(
         target=aim,
         hpa_waited=hpa_waited,
         hpa_demand=hpa_demand,
+        capacity=capacity,
+        hpa_capacity=hpa_capacity,
+        relative_scale=scale,
     )
+
+
+def _budget_step(
+    record: tuple[float, float, float],
+    ready_capacity: float,
+    hpa_ready_capacity: float,
+    interval: float,
+    budget: float,
+) -> tuple[float, float, float]:
+    """The budget's record and scale after ``interval`` seconds (at most a minute) more of
+    both fleets' ready capacity: the record fades over :data:`BUDGET_MEMORY_SECONDS`, and
+    the scale's log moves by :data:`BUDGET_RATE` per minute times (the pool's over the
+    HPA's, minus the budget)."""
+    capacity, hpa_capacity, scale = record
+    interval = min(interval, 60.0)  # a gap in the observations counts as a minute
+    keep = math.exp(-interval / BUDGET_MEMORY_SECONDS)
+    capacity = capacity * keep + max(0.0, ready_capacity) * interval
+    hpa_capacity = hpa_capacity * keep + max(0.0, hpa_ready_capacity) * interval
+    if hpa_capacity <= 0:
+        return capacity, hpa_capacity, scale
+    if not (math.isfinite(scale) and scale > 0):
+        scale = 1.0
+    step = BUDGET_RATE * interval / 60.0 * (capacity / hpa_capacity - budget)
+    log_scale = min(0.0, max(math.log(MIN_RELATIVE_SCALE), math.log(scale) + step))
+    return capacity, hpa_capacity, math.exp(log_scale)
