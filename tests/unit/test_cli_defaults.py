@@ -146,3 +146,17 @@ def test_the_forecast_commands_seasonal_periods_are_the_specs() -> None:
     for bad in ("30", "", "day"):
         with pytest.raises(SystemExit):
             _forecast_args("--seasonality-periods", bad)
+
+
+def test_the_budget_flag_sets_a_share_or_turns_it_off() -> None:
+    assert cli_backtest.pool_spec(_args(), CONFIG).objective.budget_to_hpa == (
+        _operator_pool().objective.budget_to_hpa
+    )
+    assert (
+        cli_backtest.pool_spec(_args("--budget-to-hpa", "0.8"), CONFIG).objective.budget_to_hpa
+        == 0.8
+    )
+    off = cli_backtest.pool_spec(_args("--budget-to-hpa", "off"), CONFIG)
+    assert off.objective.budget_to_hpa is None
+    with pytest.raises(SystemExit):
+        _args("--budget-to-hpa", "-1")

@@ -83,8 +83,9 @@ def with_policy_flags(raw: dict[str, Any], args: argparse.Namespace) -> dict[str
         ("budget_to_hpa", "budgetToHpa"),
         ("adapt_rate", "adaptRate"),
     ):
-        if getattr(args, flag, None) is not None:
-            objective[wire] = getattr(args, flag)
+        value = getattr(args, flag, None)
+        if value is not None:
+            objective[wire] = None if value == "off" else value
     if objective:
         raw["objective"] = {**(raw.get("objective") or {}), **objective}
     if args.lead_margin_seconds is not None:
