@@ -180,9 +180,7 @@ def test_the_default_objective_is_relative_to_the_hpa_and_a_served_fraction_set_
     assert default.budget_to_hpa == ObjectiveSpec.model_fields["budget_to_hpa"].default
     assert default.budgeted
     assert default.served_fraction is None
-    unbudgeted = risk_objective(
-        parse_spec(_spec(forecast=FORECAST, objective={"budgetToHpa": None}))
-    )
+    unbudgeted = risk_objective(parse_spec(_spec(forecast=FORECAST, objective={"budgetToHpa": 0})))
     assert unbudgeted.budget_to_hpa is None
     absolute = risk_objective(
         parse_spec(_spec(forecast=FORECAST, objective={"servedFraction": 0.999}))

@@ -156,7 +156,7 @@ def test_the_budget_flag_sets_a_share_or_turns_it_off() -> None:
         cli_backtest.pool_spec(_args("--budget-to-hpa", "0.8"), CONFIG).objective.budget_to_hpa
         == 0.8
     )
-    off = cli_backtest.pool_spec(_args("--budget-to-hpa", "off"), CONFIG)
-    assert off.objective.budget_to_hpa is None
+    off = cli_backtest.pool_spec(_args("--budget-to-hpa", "0"), CONFIG)
+    assert off.objective.budget_to_hpa == 0
     with pytest.raises(SystemExit):
         _args("--budget-to-hpa", "-1")

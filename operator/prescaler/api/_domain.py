@@ -251,7 +251,7 @@ def risk_objective(spec: InferencePoolSpec) -> RiskObjective:
         memory=float(o.memory_lookaheads),
         relative_to_hpa=o.relative_to_hpa,
         relative_floor=o.relative_floor,
-        budget_to_hpa=o.budget_to_hpa,
+        budget_to_hpa=o.budget_to_hpa or None,  # 0: off
         day_seconds=_day_seconds(spec),
     )
 

@@ -593,13 +593,13 @@ class ObjectiveSpec(WireModel):
     halves of the benchmark traces (``benchmarks/README.md``, "The floor of the relative
     objective"); a higher floor lets the plan leave more waiting than the HPA would where
     the HPA leaves little."""
-    budget_to_hpa: float | None = Field(default=0.9, gt=0, le=2)
+    budget_to_hpa: float = Field(default=0.9, ge=0, le=2)
     """Relative objective: a cost budget, as a share of what the pool's shadow HPA would
     spend. While the pool's ready capacity over the last day or so is below this share of
     the shadow HPA's, the pool spends the difference on waiting less: ``relativeToHpa``
     is scaled down, to a tenth of itself at most, and back up to itself when the pool
-    costs more than the budget (``status.risk.relativeScale``). ``null``:
-    ``relativeToHpa`` as it is. 0.9, "at most nine tenths of the HPA's GPU-hours, then as
+    costs more than the budget (``status.risk.relativeScale``). 0: off, ``relativeToHpa``
+    as it is. 0.9, "at most nine tenths of the HPA's GPU-hours, then as
     little waiting as that buys": the promise's "cheaper" stated as a number; on the
     first halves of the benchmark traces it changed only the daily cycle's pool, where a
     tighter target is nearly free (``benchmarks/README.md``, "A cost budget relative to

@@ -83,9 +83,8 @@ def with_policy_flags(raw: dict[str, Any], args: argparse.Namespace) -> dict[str
         ("budget_to_hpa", "budgetToHpa"),
         ("adapt_rate", "adaptRate"),
     ):
-        value = getattr(args, flag, None)
-        if value is not None:
-            objective[wire] = None if value == "off" else value
+        if getattr(args, flag, None) is not None:
+            objective[wire] = getattr(args, flag)
     if objective:
         raw["objective"] = {**(raw.get("objective") or {}), **objective}
     if args.lead_margin_seconds is not None:

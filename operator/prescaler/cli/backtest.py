@@ -170,11 +170,6 @@ def _share(text: str) -> float:
     return value
 
 
-def _budget(text: str) -> float | str:
-    """A positive share, or ``off`` (the spec's ``null``)."""
-    return "off" if text.strip().lower() == "off" else positive_float(text)
-
-
 def _at_least_one(text: str) -> float:
     value = positive_float(text)
     if not value >= 1:
@@ -337,10 +332,10 @@ def register(subparsers: Any) -> None:
     )
     pol.add_argument(
         "--budget-to-hpa",
-        type=_budget,
+        type=non_negative_float,
         help="spec.objective.budgetToHpa: while the plan costs less than this share of "
         "a reactive HPA, it tightens its relative target (default "
-        f"{_default('budget_to_hpa', ObjectiveSpec)}; off: none)",
+        f"{_default('budget_to_hpa', ObjectiveSpec)}; 0: off)",
     )
     pol.add_argument(
         "--adapt-rate",
