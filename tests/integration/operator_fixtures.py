@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -368,7 +369,9 @@ def operator_process(
     """``prescaler run`` as a real process on ``namespace`` (as the admin), its output in
     ``log``; yields the process and its metrics port. With ``leader_identity`` it elects a
     leader on the Lease ``prescaler`` in ``namespace`` (``extra_args``, e.g. ``--shards``,
-    come after). Killed (SIGKILL) at the end if it still runs; a test may kill it earlier."""
+    come after). It runs in a session of its own, and that whole process group is killed
+    (SIGKILL) at the end, the operator if it still runs and the fit workers it spawned
+    (which a killed operator leaves behind); a test may kill the operator earlier."""
     port = free_port()
     argv = [
         str(Path(sys.executable).parent / "prescaler"),
@@ -395,10 +398,12 @@ def operator_process(
     argv += list(extra_args)
     env = {**os.environ, "KUBECONFIG": str(cluster.kubeconfig)}
     with log.open("ab") as out:
-        proc = subprocess.Popen(argv, env=env, stdout=out, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(
+            argv, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+        )
     try:
         yield proc, port
     finally:
-        if proc.poll() is None:
-            proc.kill()
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(30)
