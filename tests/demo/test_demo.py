@@ -67,6 +67,16 @@ def test_short_demo_prewarms_for_the_window_and_cleans_up(tmp_path: Path) -> Non
     # ...and the oracle beside it, which knows the demand: never shorter than the HPA.
     assert summary["oracle_gpu_hours"] > 0
     assert summary["oracle_unserved"] <= summary["hpa_unserved"]
+    # The HPA's curve on the same demand starts at its default target, the row above.
+    curve = summary["hpa_curve"]
+    assert [p["target"] for p in curve][:1] == [0.7]
+    assert curve[0]["gpu_hours"] == summary["hpa_gpu_hours"]
+    # The HPA read as short as prescaler or less is the cheapest such point of that curve.
+    fits = [p for p in curve if p["unserved"] <= summary["prescaler_unserved"] + 1e-4]
+    cheapest = min(fits, key=lambda p: p["gpu_hours"], default={"target": None})
+    assert summary["hpa_matching_target"] == cheapest["target"]
+    # Prescaler's GPU-hours count its standby placeholders, and say how much of them.
+    assert 0 <= summary["prescaler_standby_gpu_hours"] <= summary["prescaler_gpu_hours"]
     # Nothing the demo started is left running.
     assert summary["pids"], "the demo recorded no processes"
     assert [pid for pid in summary["pids"] if _alive(pid)] == []

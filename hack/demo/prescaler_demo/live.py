@@ -33,10 +33,12 @@ from cluster.prometheus import Sample as PromSample
 from prescaler.api import GROUP, PLURAL, VERSION
 from prescaler_demo.fleet import FleetConfig, list_pods
 from prescaler_demo.report import (
+    HPA_CURVE_TARGETS,
     Comparison,
     Record,
     Sample,
     hpa_on_same_demand,
+    matching_hpa,
     plot,
     prescaler_scores,
 )
@@ -96,6 +98,13 @@ class Outcome:
     hpa_gpu_hours: float | None = None
     oracle_unserved: float | None = None
     oracle_gpu_hours: float | None = None
+    prescaler_standby_gpu_hours: float | None = None
+    """The standby placeholders' share of ``prescaler_gpu_hours``."""
+    hpa_curve: list[dict[str, float]] = field(default_factory=list)
+    """The HPA at each swept target on the same demand (``report.HPA_CURVE_TARGETS``)."""
+    hpa_matching_target: float | None = None
+    """The cheapest swept HPA target that left no more waiting than prescaler did."""
+    hpa_matching_gpu_hours: float | None = None
     png: str = ""
     pids: list[int] = field(default_factory=list)
 
@@ -510,11 +519,13 @@ def _report(sc: Scenario, out: Path, result: Outcome, samples: list[Sample], sta
     heading("7. The same demand under the HPA (the backtest's reactive policy), and the plot")
     record = Record.read(out / "fleet.csv")
     hpa: Comparison = hpa_on_same_demand(sc, start)
-    unserved, gpu_hours = prescaler_scores(record, samples, hpa.step_seconds)
+    unserved, gpu_hours, standby = prescaler_scores(record, samples, hpa.step_seconds)
     result.prescaler_unserved, result.prescaler_gpu_hours = unserved, gpu_hours
+    result.prescaler_standby_gpu_hours = standby
     result.hpa_unserved, result.hpa_gpu_hours = hpa.hpa_unserved, hpa.hpa_gpu_hours
     say(f"   {'':<28}{'unserved demand':>16}{'GPU-hours':>11}")
-    say(f"   {'prescaler (measured live)':<28}{unserved:>16.1%}{gpu_hours:>11.2f}")
+    say(f"   {'prescaler (measured live)':<28}{unserved:>16.1%}{gpu_hours:>11.2f}"
+        f"   ({standby:.2f} of them standby placeholders)")  # fmt: skip
     say(f"   {'HPA at 70 % (simulated)':<28}{hpa.hpa_unserved:>16.1%}{hpa.hpa_gpu_hours:>11.2f}")
     result.oracle_unserved, result.oracle_gpu_hours = hpa.oracle_unserved, hpa.oracle_gpu_hours
     say(f"   {'oracle (knows the future)':<28}{hpa.oracle_unserved:>16.1%}"
@@ -522,6 +533,22 @@ def _report(sc: Scenario, out: Path, result: Outcome, samples: list[Sample], sta
     say(f"   unserved: share of arriving requests not served in the {hpa.step_seconds:g} s step "
         "they arrived in (both sides);")  # fmt: skip
     say("   prescaler's GPU-hours include its standby placeholder pods.")
+    result.hpa_curve = [asdict(p) for p in hpa.hpa_curve]
+    say(
+        "   the HPA's curve on the same demand (target utilization: unserved, GPU-hours): "
+        + "; ".join(f"{p.target:.0%}: {p.unserved:.1%}, {p.gpu_hours:.2f}" for p in hpa.hpa_curve)
+    )
+    match = matching_hpa(hpa.hpa_curve, unserved)
+    if match is None:
+        say(f"   no HPA target down to {min(HPA_CURVE_TARGETS):.0%} leaves as little waiting "
+            f"as prescaler did ({unserved:.1%})")  # fmt: skip
+    else:
+        result.hpa_matching_target, result.hpa_matching_gpu_hours = match.target, match.gpu_hours
+        serving = gpu_hours - standby
+        say(f"   the HPA as short as prescaler or less: at {match.target:.0%}, "
+            f"{match.gpu_hours:.2f} GPU-hours ({match.unserved:.1%} unserved); prescaler "
+            f"{gpu_hours / match.gpu_hours:.2f}x that, {serving / match.gpu_hours:.2f}x "
+            "without its standby placeholders")  # fmt: skip
     if result.prewarm_at is not None:
         lead = result.window_start - result.prewarm_at
         n = result.window_replicas

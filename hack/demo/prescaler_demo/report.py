@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import itertools
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -11,7 +12,15 @@ import numpy as np
 import yaml
 
 from prescaler.api import parse_spec
-from prescaler.backtest import FleetConfig, backtest, demand_from_trace, fluid_queue
+from prescaler.backtest import (
+    FleetConfig,
+    backtest,
+    demand_from_trace,
+    fluid_queue,
+    reactive_policy,
+    score,
+    simulate,
+)
 from prescaler.backtest.traces import Trace
 from prescaler_demo.scenario import Scenario
 
@@ -60,6 +69,32 @@ class Record:
         return len(self.t)
 
 
+HPA_CURVE_TARGETS = (0.7, 0.6, 0.5, 0.4, 0.3, 0.2, 0.1)
+"""The HPA's target utilization, swept on the live stretch from its default (70 %) down:
+how much headroom an HPA needs to serve the ramp as well as prescaler did, and at what
+cost (the frontier benchmark's question, asked of the demo's minutes)."""
+
+
+@dataclass(frozen=True)
+class HpaPoint:
+    """The HPA at one target utilization on the live stretch (simulated)."""
+
+    target: float
+    unserved: float
+    gpu_hours: float
+
+
+def matching_hpa(curve: tuple[HpaPoint, ...], unserved: float) -> HpaPoint | None:
+    """The cheapest point of the HPA's curve that leaves no more demand waiting than
+    ``unserved`` (to a hundredth of a percentage point: both sides are scored on the same
+    steps, and a rounding's worth of a late request is not a difference); ``None`` when
+    none does, or when ``unserved`` is not a number."""
+    if not math.isfinite(unserved):
+        return None
+    fits = [p for p in curve if p.unserved <= unserved + 1e-4]
+    return min(fits, key=lambda p: p.gpu_hours, default=None)
+
+
 @dataclass(frozen=True)
 class Comparison:
     """Prescaler (measured live) and the HPA (simulated on the same demand)."""
@@ -77,6 +112,8 @@ class Comparison:
     least a fleet that serves it all spends."""
     step_seconds: float = 15.0
     """The simulation's step, on which both sides' unserved share is scored."""
+    hpa_curve: tuple[HpaPoint, ...] = ()
+    """The HPA at each of :data:`HPA_CURVE_TARGETS` on the same demand."""
 
 
 def hpa_on_same_demand(sc: Scenario, start: float) -> Comparison:
@@ -101,6 +138,10 @@ def hpa_on_same_demand(sc: Scenario, start: float) -> Comparison:
     result = backtest(spec, demand, ["reactive", "oracle"], config=config, degradation=None).result
     (run,) = [r for r in result.runs if r.name == "reactive"]
     s, oracle = result.scores[run.name], result.scores["oracle"]
+    curve = []
+    for target in HPA_CURVE_TARGETS:
+        swept = score(simulate(demand, reactive_policy(config, target), config), demand, config)
+        curve.append(HpaPoint(target, swept.unserved_token_fraction, swept.gpu_hours))
     # One more point at the end, so the last step is drawn over its whole width.
     n = len(run.ready_per_step)
     t = demand.start + np.arange(n + 1) * config.step_seconds
@@ -115,17 +156,18 @@ def hpa_on_same_demand(sc: Scenario, start: float) -> Comparison:
         oracle_unserved=oracle.unserved_token_fraction,
         oracle_gpu_hours=oracle.gpu_hours,
         step_seconds=config.step_seconds,
+        hpa_curve=tuple(curve),
     )
 
 
 def prescaler_scores(
     record: Record, samples: list[Sample], step_seconds: float = 15.0
-) -> tuple[float, float]:
+) -> tuple[float, float, float]:
     """Unserved fraction (arrivals not served in the step they came, the backtest's fluid
-    queue on the backtest's step, so that it compares with the HPA's) and GPU-hours
-    (replicas that exist plus placeholders, one GPU each)."""
+    queue on the backtest's step, so that it compares with the HPA's), GPU-hours (replicas
+    that exist plus placeholders, one GPU each) and the placeholders' share of them."""
     if len(record) < 2:
-        return float("nan"), float("nan")
+        return float("nan"), float("nan"), float("nan")
     dt = np.diff(record.t, prepend=record.t[0] - 1.0)
     # The fleet's seconds, summed into the backtest's steps: "served in the step it came"
     # means the same on both sides (on 1 s steps nearly every arrival after a queue forms
@@ -136,10 +178,11 @@ def prescaler_scores(
     _, late = fluid_queue(arrivals, capacity)
     total = float(np.sum(arrivals))
     unserved = float(late.sum() / total) if total > 0 else 0.0
-    gpu_seconds = 0.0
+    gpu_seconds = standby_seconds = 0.0
     for a, b in itertools.pairwise(samples):
         gpu_seconds += (a.replicas + a.standby) * (b.t - a.t)
-    return unserved, gpu_seconds / 3600
+        standby_seconds += a.standby * (b.t - a.t)
+    return unserved, gpu_seconds / 3600, standby_seconds / 3600
 
 
 def plot(
