@@ -126,6 +126,9 @@ def test_the_pool_tells_the_forecaster_the_compressed_day_and_week(tmp_path: Pat
     assert spec.forecast.seasonality_periods == [8640, 60480]
     rows = {key: value for key, value, _, _ in scenario.non_default_settings()}
     assert rows["forecast.seasonalityPeriods"] == "8640,60480"
+    # The risk model's memory counts decisions (real time): a tenth as many at 10x.
+    assert spec.objective.memory_lookaheads == 144
+    assert rows["objective.memoryLookaheads"] == "144"
 
 
 def test_a_tenants_stronger_recurring_ramp_wins_and_a_tie_keeps_the_aggregate() -> None:

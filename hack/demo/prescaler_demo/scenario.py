@@ -6,8 +6,11 @@ Time compression. The demo plays one trace step every ``seconds_per_step`` of wa
 (60 s by default: 10x for ServeGen's 10-minute steps). The pool's settings that describe the
 demand's time structure are scaled by the same factor, so they mean in compressed time what
 their defaults mean in real time: the history step is one trace step, the lookback is the
-backfilled week, the refit period one trace hour, the horizon two trace hours. What runs in
-real time stays at its default: cold start and margin (pods), scrape and reconcile periods.
+backfilled week, the refit period one trace hour, the horizon two trace hours, and the risk
+model's memory (``objective.memoryLookaheads``, a count of the decisions made every
+reconcile period) spans the same hours of trace time as its default does of real time.
+What runs in real time stays at its default: cold start and margin (pods), scrape and
+reconcile periods.
 """
 
 from __future__ import annotations
@@ -23,7 +26,13 @@ import numpy as np
 import pandas as pd
 import yaml
 
-from prescaler.api import ForecastSpec, InferencePoolSpec, capacity_model, parse_spec
+from prescaler.api import (
+    ForecastSpec,
+    InferencePoolSpec,
+    ObjectiveSpec,
+    capacity_model,
+    parse_spec,
+)
 from prescaler.backtest.traces import Trace, load_token_mix, load_trace
 
 DAY = 86_400.0
@@ -310,6 +319,14 @@ class Scenario:
             "horizon_seconds": max(step, round(2 * HOUR / c)),
         }
 
+    def objective_settings(self) -> dict[str, int]:
+        """The risk model's memory in compressed time: its default counts decisions, one a
+        reconcile period, which run in real time; a tenth as many then span the same trace
+        hours at 10x (else the pool's typical demand and its calibration would be the mean
+        of days of trace, not hours)."""
+        default = ObjectiveSpec.model_fields["memory_lookaheads"].default
+        return {"memory_lookaheads": max(10, round(default / self.compression))}
+
     def seasonality_periods(self) -> list[int]:
         """The spec's default seasonal periods (a day, a week) in compressed time."""
         return [round(p / self.compression) for p in _default_periods()]
@@ -335,6 +352,7 @@ class Scenario:
             "window_lead_seconds": o.window_lead_seconds,
             "seasonality_periods": ", ".join(str(p) for p in self.seasonality_periods()),
             **self.forecast_settings(),
+            **self.objective_settings(),
         }
         return string.Template(POOL_TEMPLATE.read_text()).substitute(values)
 
@@ -348,6 +366,10 @@ class Scenario:
             camel = _camel(key)
             if value != default:
                 out.append((f"forecast.{camel}", str(value), str(default), why))
+        for key, value in self.objective_settings().items():
+            default = ObjectiveSpec.model_fields[key].default
+            if value != default:
+                out.append((f"objective.{_camel(key)}", str(value), str(default), why))
         periods = self.seasonality_periods()
         default_periods = [round(p) for p in _default_periods()]
         if periods != default_periods:
