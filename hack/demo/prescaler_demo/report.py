@@ -13,6 +13,7 @@ import yaml
 
 from prescaler.api import parse_spec
 from prescaler.backtest import (
+    HPA_TARGET,
     FleetConfig,
     backtest,
     demand_from_trace,
@@ -69,7 +70,7 @@ class Record:
         return len(self.t)
 
 
-HPA_CURVE_TARGETS = (0.7, 0.6, 0.5, 0.4, 0.3, 0.2, 0.1)
+HPA_CURVE_TARGETS = tuple(sorted({HPA_TARGET, 0.6, 0.5, 0.4, 0.3, 0.2, 0.1}, reverse=True))
 """The HPA's target utilization, swept on the live stretch from its default (70 %) down:
 how much headroom an HPA needs to serve the ramp as well as prescaler did, and at what
 cost (the frontier benchmark's question, asked of the demo's minutes)."""
