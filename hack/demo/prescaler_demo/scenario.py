@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import yaml
+from pydantic import BaseModel
 
 from prescaler.api import (
     ForecastSpec,
@@ -361,15 +362,15 @@ class Scenario:
         c = self.compression
         why = f"the default / {c:g} (compressed time)"
         out: list[tuple[str, str, str, str]] = []
-        for key, value in self.forecast_settings().items():
-            default = ForecastSpec.model_fields[key].default
-            camel = _camel(key)
-            if value != default:
-                out.append((f"forecast.{camel}", str(value), str(default), why))
-        for key, value in self.objective_settings().items():
-            default = ObjectiveSpec.model_fields[key].default
-            if value != default:
-                out.append((f"objective.{_camel(key)}", str(value), str(default), why))
+        sections: tuple[tuple[str, type[BaseModel], dict[str, int]], ...] = (
+            ("forecast", ForecastSpec, self.forecast_settings()),
+            ("objective", ObjectiveSpec, self.objective_settings()),
+        )
+        for prefix, model, settings in sections:
+            for key, value in settings.items():
+                default = model.model_fields[key].default
+                if value != default:
+                    out.append((f"{prefix}.{_camel(key)}", str(value), str(default), why))
         periods = self.seasonality_periods()
         default_periods = [round(p) for p in _default_periods()]
         if periods != default_periods:
