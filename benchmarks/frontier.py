@@ -152,17 +152,17 @@ def _parse(argv: Sequence[str]) -> argparse.Namespace:
     return build_parser().parse_args(["backtest", *argv])
 
 
-def sweep(name: str, trace_args: list[str], cold: int) -> list[Point]:
-    from prescaler.api import ObjectiveSpec
-    from prescaler.backtest import build_policies, reactive_policy, score, simulate
-    from prescaler.backtest._policies import KedaPolicy
+def replayer(trace_args: list[str], cold: int) -> tuple[Any, Any, Any]:
+    """For one trace and cold start: the trace read once (``prepare``'s result),
+    ``one(policy_name, extra_flags)``, the library's policy for those flags on it, and
+    ``replay(policy)``, its unserved token fraction, GPU-hours and shortfall minutes."""
+    from prescaler.backtest import build_policies, score, simulate
     from prescaler.cli._backtest_spec import pool_spec, replay_options
     from prescaler.cli.backtest import prepare
 
     base = [*trace_args, *COMMON, "--cold-start-seconds", str(cold)]
     args = _parse([*base, "--policies", "oracle"])
     prep = prepare(args)
-    points: list[Point] = []
 
     def replay(policy: Any) -> tuple[float, float, int]:
         run = simulate(prep.demand, policy, prep.config)
@@ -170,7 +170,6 @@ def sweep(name: str, trace_args: list[str], cold: int) -> list[Point]:
         return s.unserved_token_fraction, s.gpu_hours, s.shortfall_minutes
 
     def one(policy_name: str, extra: list[str]) -> Any:
-        # The library's policy for these flags, on the trace prepare() read once.
         ns = _parse([*base, "--policies", policy_name, *extra])
         options = replay_options(ns, windows=prep.windows, forecast_step=args.forecast_step)
         spec = pool_spec(ns, prep.config)
@@ -183,18 +182,37 @@ def sweep(name: str, trace_args: list[str], cold: int) -> list[Point]:
             options=options,
         )[0]
 
-    started = time.perf_counter()
-    oracle = replay(one("oracle", []))
-    points.append(Point("oracle", "", 0.0, True, *oracle))
+    return prep, one, replay
+
+
+def reference_points(one: Any, replay: Any) -> list[Point]:
+    """The curves every default is read against: the HPA over its target and the smoothed
+    oracle over ``k``."""
+    points: list[Point] = []
     for t in HPA_TARGETS:
         r = replay(one("reactive", ["--hpa-target", str(t)]))
         points.append(Point("reactive", "target", t, t == 0.7, *r))
-    for k in PERSISTENCE_K:
-        r = replay(one("persistence", ["--persistence-k", str(k)]))
-        points.append(Point("persistence", "k", k, k == 1.4, *r))
     for k in SMOOTHED_K:
         r = replay(one("smoothed-oracle", ["--smoothed-oracle-k", str(k)]))
         points.append(Point("smoothed-oracle", "k", k, k == 1.0, *r))
+    return points
+
+
+def sweep(name: str, trace_args: list[str], cold: int) -> list[Point]:
+    from prescaler.api import ObjectiveSpec
+    from prescaler.backtest import reactive_policy
+    from prescaler.backtest._policies import KedaPolicy
+
+    prep, one, replay = replayer(trace_args, cold)
+    points: list[Point] = []
+
+    started = time.perf_counter()
+    oracle = replay(one("oracle", []))
+    points.append(Point("oracle", "", 0.0, True, *oracle))
+    points += reference_points(one, replay)
+    for k in PERSISTENCE_K:
+        r = replay(one("persistence", ["--persistence-k", str(k)]))
+        points.append(Point("persistence", "k", k, k == 1.4, *r))
     default_relative = ObjectiveSpec.model_fields["relative_to_hpa"].default
     store: dict[int, Any] = {}
     for f in sorted({*RELATIVE, default_relative}):

@@ -1,0 +1,220 @@
+"""Tenants benchmark: the defaults against the HPA's curve on every ServeGen tenant.
+
+Run from the project root (the traces live in ``../shared/traces``)::
+
+    .venv/bin/python benchmarks/tenants.py               # every tenant, 240 s and 600 s
+    .venv/bin/python benchmarks/tenants.py --only client_31 --cold 240
+
+The frontier benchmark (``frontier.py``) judges the defaults on four traces. ServeGen's
+per-client file splits its aggregate into the tenants that send it: 17 of them send at
+least a request per second at the median (the demo's rule for a tenant that is a pool of
+its own, ``prescaler_demo.scenario.tenant_traces``), and their shapes differ from the
+aggregate and from each other: steady ones, daily cycles, tenants that switch on and off,
+and spikes of 14 × the median. No knob or default was chosen on any of them, so each is
+traffic the defaults have not seen. Each tenant's last 7 days are replayed, as the
+aggregate's are, scaled so that its peak needs 40 replicas, through the same code as
+``frontier.py`` (:func:`frontier.replayer`): the HPA over its target and the smoothed
+oracle over ``k`` (:func:`frontier.reference_points`), and prescaler at its defaults.
+About 25 minutes on 2 cores with ``--jobs 2``.
+
+It keeps the points in ``benchmarks/frontier/tenants.json`` (``--from-points`` rewrites the
+tables from it without replaying) and rewrites the part of ``benchmarks/README.md``
+between the ``tenants:begin``/``tenants:end`` markers: per tenant and cold start, the HPA
+at 0.7's unserved share, the default's unserved tokens and GPU-hours ÷ the HPA's and its
+frontier ratio (its unserved ÷ the HPA curve's at the same GPU-hours); and per cold start,
+how many tenants fall in each band of the frontier ratio.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+import tempfile
+from collections.abc import Sequence
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+
+import frontier as F  # the scripts run with benchmarks/ on sys.path
+from _readme import replace_section
+
+POINTS = F.PLOTS / "tenants.json"
+AGGREGATE = Path(f"{F.SG}_aggregate_rate_10min.csv")
+DEMO = F.ROOT / "hack" / "demo"
+
+
+@dataclass(frozen=True)
+class Tenant:
+    name: str
+    median_rps: float
+    peak_over_median: float
+
+
+def tenants(out: Path) -> list[tuple[Tenant, Path]]:
+    """Every tenant of the per-client file that the demo would take as a pool, busiest
+    first, each with its series written to ``out`` as a ``rate`` trace
+    (``timestamp,requests_per_second``; a collection gap of the aggregate is empty)."""
+    sys.path.insert(0, str(DEMO))
+    from prescaler_demo.scenario import tenant_traces
+
+    from prescaler.backtest.traces import load_trace
+
+    aggregate = load_trace(AGGREGATE, "servegen")
+    out.mkdir(parents=True, exist_ok=True)
+    found = []
+    for trace in tenant_traces(AGGREGATE, aggregate):
+        name = trace.name.rsplit("tenant ", 1)[1]
+        rps = np.asarray(trace.rps, dtype=float)
+        stamps = trace.start + trace.step_seconds * np.arange(len(rps))
+        lines = ["timestamp,requests_per_second"]
+        lines += [
+            f"{t:.0f},{'' if not math.isfinite(r) else f'{r:.6g}'}"
+            for t, r in zip(stamps, rps, strict=True)
+        ]
+        path = out / f"{name}.csv"
+        path.write_text("\n".join(lines) + "\n")
+        median = float(np.nanmedian(rps))
+        found.append((Tenant(name, median, float(np.nanmax(rps)) / median), path))
+    return sorted(found, key=lambda t: -t[0].median_rps)
+
+
+def trace_args(path: Path) -> list[str]:
+    """The backtest flags for a tenant's series: the aggregate's token mix, its last 7
+    days."""
+    return [
+        "--trace", str(path), "--format", "rate",
+        "--token-mix", f"{F.SG}_input_tokens_pdf.csv.gz", "--replay-days", "7",
+    ]  # fmt: skip
+
+
+def replay_tenant(job: tuple[Tenant, Path, int]) -> list[F.Point]:
+    """The HPA's and the smoothed oracle's curves, and the default point."""
+    from prescaler.api import ObjectiveSpec
+
+    tenant, path, cold = job
+    _, one, replay = F.replayer(trace_args(path), cold)
+    points = F.reference_points(one, replay)
+    relative = ObjectiveSpec.model_fields["relative_to_hpa"].default
+    default = replay(one("predictive", []))
+    points.append(F.Point("predictive", "relative", relative, True, *default))
+    print(f"{tenant.name} {cold} s done", file=sys.stderr, flush=True)
+    return points
+
+
+def _band(ratio: float | None, on_hpa: float | None, unserved: float) -> str:
+    if on_hpa is None:
+        return "outside the HPA's swept curve"
+    if on_hpa <= 0:
+        return "neither leaves any" if unserved <= 0 else "the HPA's curve leaves none there"
+    assert ratio is not None
+    return "≤ 0.8" if ratio <= 0.8 else "0.8–1" if ratio <= 1 else "> 1"
+
+
+BANDS = (
+    "≤ 0.8",
+    "0.8–1",
+    "> 1",
+    "neither leaves any",
+    "the HPA's curve leaves none there",
+    "outside the HPA's swept curve",
+)
+
+
+def section(runs: Sequence[tuple[Tenant, int, list[F.Point]]]) -> str:
+    lines = [
+        "| tenant | median req/s | peak ÷ median | cold start | HPA at 0.7: unserved | "
+        "default: unserved ÷ HPA | GPU-h ÷ HPA | frontier ratio |",
+        "|---|---:|---:|---|---:|---:|---:|---:|",
+    ]
+    for tenant, cold, points in runs:
+        h = F.default_headline(points)
+        hpa = F.hpa_point(points)
+        d = next(p for p in points if p.policy == "predictive" and p.default)
+        on_hpa = F.curve_at(points, "reactive", d.gpu_hours)
+        ratio = F._fmt(h.frontier_ratio) if on_hpa else _band(None, on_hpa, d.unserved)
+        unserved = F._fmt(h.unserved) if h.unserved is not None else f"{d.unserved:.3%} (HPA none)"
+        note = " (dearer than the HPA at 0.5)" if h.dearer_than_half else ""
+        lines.append(
+            f"| {tenant.name} | {tenant.median_rps:.1f} | {tenant.peak_over_median:.1f} "
+            f"| {cold} s | {hpa.unserved:.3%} | {unserved} | {h.gpu_hours:.3f}{note} | {ratio} |"
+        )
+    lines += [
+        "",
+        "| cold start | tenants | " + " | ".join(f"frontier ratio {b}" for b in BANDS[:3])
+        + " | " + " | ".join(BANDS[3:]) + " | worse than the HPA on both axes | "
+        "dearer than the HPA at 0.5 | unserved ÷ HPA (mean) | GPU-h ÷ HPA (summed) |",
+        "|---|---:|" + "---:|" * (len(BANDS) + 4),
+    ]  # fmt: skip
+    for cold in sorted({c for _, c, _ in runs}):
+        mine = [pts for _, c, pts in runs if c == cold]
+        counts = dict.fromkeys(BANDS, 0)
+        worse = dearer = 0
+        pairs = []
+        for points in mine:
+            h = F.default_headline(points)
+            hpa = F.hpa_point(points)
+            d = next(p for p in points if p.policy == "predictive" and p.default)
+            counts[
+                _band(h.frontier_ratio, F.curve_at(points, "reactive", d.gpu_hours), d.unserved)
+            ] += 1
+            worse += d.unserved > hpa.unserved and d.gpu_hours > hpa.gpu_hours
+            dearer += h.dearer_than_half
+            pairs.append((hpa, d))
+        mean, gpu = F.over_traces(pairs)
+        lines.append(
+            f"| {cold} s | {len(mine)} | "
+            + " | ".join(str(counts[b]) for b in BANDS)
+            + f" | {worse} | {dearer} | {mean} | {gpu:.3f} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--only", help="substring of the tenant names to run")
+    parser.add_argument("--cold", type=int, action="append", help="cold start(s) in seconds")
+    parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
+    parser.add_argument("--no-readme", action="store_true")
+    parser.add_argument(
+        "--from-points", action="store_true", help=f"no replay: tables from {POINTS}"
+    )
+    args = parser.parse_args()
+    whole = args.only is None and args.cold is None
+    if args.from_points:
+        runs = [
+            (Tenant(**r["tenant"]), r["cold"], [F.Point(**p) for p in r["points"]])
+            for r in json.loads(POINTS.read_text())
+        ]
+    else:
+        found = tenants(Path(tempfile.mkdtemp(prefix="prescaler-tenants-")))
+        jobs = [
+            (t, path, cold)
+            for t, path in found
+            if args.only is None or args.only in t.name
+            for cold in args.cold or F.COLD_STARTS
+        ]
+        with ProcessPoolExecutor(max_workers=max(1, args.jobs)) as pool:
+            results = list(pool.map(replay_tenant, jobs))
+        runs = [(t, c, pts) for (t, _, c), pts in zip(jobs, results, strict=True)]
+        if whole:
+            stored = [
+                {"tenant": asdict(t), "cold": c, "points": [asdict(p) for p in pts]}
+                for t, c, pts in runs
+            ]
+            POINTS.write_text(json.dumps(stored, indent=1) + "\n")
+    text = section(runs)
+    print(text)
+    if not args.no_readme and (whole or args.from_points):
+        replace_section(
+            "<!-- tenants:begin -->", "<!-- tenants:end -->", text, "Tenants (ServeGen, held out)"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
