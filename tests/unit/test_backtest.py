@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -281,14 +282,17 @@ def test_persistence_reference_is_k_times_the_lagged_demand_released_at_once() -
         PersistencePolicy(0.0, CAP, 1, 2)
 
 
-def test_predictive_fresh_observation_is_the_lagged_metric_and_none_in_a_gap() -> None:
+def _observations_around_a_gap(*, fresh: bool) -> tuple[dict[int, float | None], list[float]]:
+    """The observation each decision planned on, by minute, and the last history value the
+    forecaster got at each call, for a step to 5000 tokens/s with minutes 12-13 a gap."""
     tokens = [1400.0] * 10 + [5000.0] * 10
     demand = _demand(tokens)
     observed = demand.observed_requests_per_s.copy()
-    observed[12:14] = np.nan  # a metrics gap
+    observed[12:14] = np.nan  # a collection gap in the trace
     demand = Demand(demand.start, demand.tokens_per_s, observed, 80.0, 20.0)
     capacity = CapacityModel(TokenProfile(80.0, 20.0), tokens_per_second=CAP)
     seen: list[tuple[float, float | None]] = []
+    learned: list[float] = []
 
     class _Spy(PredictivePolicy):
         def decide(self, obs: Observation) -> int:
@@ -297,20 +301,39 @@ def test_predictive_fresh_observation_is_the_lagged_metric_and_none_in_a_gap() -
             seen.append((obs.now, self._state.observed_requests_per_second))
             return out
 
+    class _Learner(_LastValueForecaster):
+        def forecast(self, history: pd.Series, now: float) -> _Forecast:
+            learned.append(float(history.iloc[-1]))
+            return super().forecast(history, now)
+
     policy = _Spy(
-        forecaster=_LastValueForecaster(),
+        forecaster=_Learner(),
         capacity=capacity,
         policy=ScalingPolicy(min_replicas=1, max_replicas=20),
         cold_start_seconds=240.0,
+        fresh_observation=fresh,
     )
     simulate(demand, policy, _config(cold=240.0, max_replicas=20))
-    by_minute = {round((now - demand.start) / 60): o for now, o in seen}
+    return {round((now - demand.start) / 60): o for now, o in seen}, learned
+
+
+def test_predictive_fresh_observation_is_the_lagged_metric_gap_or_not() -> None:
+    by_minute, learned = _observations_around_a_gap(fresh=True)
     # At the start of minute 11 the metric (30 s old) already shows the step to 5000 tok/s
     # (50 req/s of 100 tokens), while the last whole minute visible is minute 10.
     assert by_minute[11] == pytest.approx(50.0)
     assert by_minute[5] == pytest.approx(14.0)
-    # Minute 12 is a gap: its end is visible at the start of minute 14 -> None there.
-    assert by_minute[14] is None
+    # Minute 12 is a gap in the trace: its end is visible at the start of minute 14. The
+    # forecaster learns it as missing (NaN), but the live metric, which the reactive
+    # baseline reads as well, still shows the demand: one autoscaler is not blinded alone.
+    assert any(math.isnan(v) for v in learned)
+    assert by_minute[14] == pytest.approx(50.0)
+
+
+def test_predictive_last_minute_observation_is_none_in_a_gap() -> None:
+    by_minute, _ = _observations_around_a_gap(fresh=False)
+    assert by_minute[5] == pytest.approx(14.0)
+    assert by_minute[14] is None  # the last whole minute visible is the gap
 
 
 def test_scale_to_peak_lands_the_peak_on_exactly_n_replicas() -> None:

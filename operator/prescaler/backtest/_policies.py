@@ -443,8 +443,11 @@ class PredictivePolicy:
     :func:`next_fleet_state` records scale times, exactly as the operator applies a plan.
     ``observed_requests_per_second`` is the demand the metrics pipeline shows now (the
     HPA's signal, ``metric_lag`` old, in requests/s of the capacity model's mean size)
-    with ``fresh_observation``, else the last whole observed minute; ``None`` in a gap
-    (when the last observed minute is missing). The forecaster always gets whole minutes.
+    with ``fresh_observation``, else the last whole observed minute (``None`` when that is
+    missing). The forecaster always gets whole minutes, a trace's collection gaps masked
+    (NaN); the live metric is the same one the reactive baseline reads, gaps or not: a
+    trace's gap is a hole in the record, and hiding the traffic in it from prescaler alone
+    would compare the two on different information.
 
     The queue: the simulation observes *arrivals*, not what a full fleet served, so the
     planner's queue growth (``waiting_growth_per_second``, which the operator adds to the
@@ -517,9 +520,12 @@ class PredictivePolicy:
         observed: float | None = None
         if len(history):
             last = float(history.iloc[-1])
+            if self.fresh_observation:
+                # The metric the reactive baseline reads too: a collection gap in the trace
+                # is masked in the history the forecaster learns from, not hidden from one
+                # autoscaler's live metric while the other reads it.
+                last = obs.metric_tokens_per_s / self.capacity.tokens.tokens_per_request
             observed = last if math.isfinite(last) else None
-            if observed is not None and self.fresh_observation:
-                observed = obs.metric_tokens_per_s / self.capacity.tokens.tokens_per_request
         # As the operator's forecast hub: a forecast is refreshed when a new step of history
         # is visible, and the decisions in between plan on it with the fresh observation.
         if obs.visible_minutes != self._forecast_at:
