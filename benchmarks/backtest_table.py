@@ -294,12 +294,13 @@ def write_readme(section: str) -> None:
     replace_section(BEGIN, END, section, "Backtest", README)
 
 
-def merge_degradation(tbl: str) -> str:
-    """The README's degradation table with only these runs' rows replaced."""
+def merge_marked(begin: str, end: str, tbl: str) -> str:
+    """The README's table between ``begin`` and ``end`` with only these runs' rows
+    replaced (the degradation and drivers tables)."""
     text = README.read_text() if README.exists() else ""
-    if DEGRADATION_BEGIN not in text or DEGRADATION_END not in text:
+    if begin not in text or end not in text:
         return tbl
-    old = text.split(DEGRADATION_BEGIN, 1)[1].split(DEGRADATION_END, 1)[0].strip("\n")
+    old = text.split(begin, 1)[1].split(end, 1)[0].strip("\n")
     return merge_tables(old, tbl) if old.startswith("|") else tbl
 
 
@@ -354,11 +355,16 @@ def main() -> int:
             how = "one run at a time" if args.jobs == 1 else f"{args.jobs} runs in parallel"
             write_readme(f"{tbl}\n\nRun times ({how}, on 2 shared cores):\n\n{tim}")
     if not args.no_readme and "degradation" in args.sections:
-        write_degradation(merge_degradation(deg) if args.only is not None else deg)
+        if args.only is not None:
+            deg = merge_marked(DEGRADATION_BEGIN, DEGRADATION_END, deg)
+        write_degradation(deg)
     drv = drivers_table(results)
     print()
     print(drv)
-    if not args.no_readme and "drivers" in args.sections and args.only is None:
+    if not args.no_readme and "drivers" in args.sections:
+        # A subset (--only) replaces its own rows, as in the other tables.
+        if args.only is not None:
+            drv = merge_marked(DRIVERS_BEGIN, DRIVERS_END, drv)
         replace_section(DRIVERS_BEGIN, DRIVERS_END, drv, "Drivers", README)
     print(f"outputs in {out}", file=sys.stderr)
     return 0
