@@ -15,7 +15,7 @@ traffic the defaults have not seen. Each tenant's last 7 days are replayed, as t
 aggregate's are, scaled so that its peak needs 40 replicas, through the same code as
 ``frontier.py`` (:func:`frontier.replayer`): the HPA over its target and the smoothed
 oracle over ``k`` (:func:`frontier.reference_points`), and prescaler at its defaults.
-About 25 minutes on 2 cores with ``--jobs 2``.
+About 15 minutes on 2 cores with ``--jobs 2`` (34 replays; a default replay takes 35–50 s).
 
 It keeps the points in ``benchmarks/frontier/tenants.json`` (``--from-points`` rewrites the
 tables from it without replaying) and rewrites the part of ``benchmarks/README.md``
