@@ -17,8 +17,11 @@ aggregate's are, scaled so that its peak needs 40 replicas, through the same cod
 oracle over ``k`` (:func:`frontier.reference_points`), and prescaler at its defaults.
 About 15 minutes on 2 cores with ``--jobs 2`` (34 replays; a default replay takes 35–50 s).
 
-It keeps the points in ``benchmarks/frontier/tenants.json`` (``--from-points`` rewrites the
-tables from it without replaying) and rewrites the part of ``benchmarks/README.md``
+``--first-halves`` replays days 4-7 instead (the frontier's first halves: where a change
+is to be tuned before the last 7 days judge it), and flags after ``--`` go to prescaler's
+point (``-- --observed-headroom 1.2``); both only print. A whole run at the defaults keeps
+the points in ``benchmarks/frontier/tenants.json`` (``--from-points`` rewrites the tables
+from it without replaying) and rewrites the part of ``benchmarks/README.md``
 between the ``tenants:begin``/``tenants:end`` markers: per tenant and cold start, the HPA
 at 0.7's unserved share, the default's unserved tokens and GPU-hours ÷ the HPA's and its
 frontier ratio (its unserved ÷ the HPA curve's at the same GPU-hours); and per cold start,
@@ -85,24 +88,30 @@ def tenants(out: Path) -> list[tuple[Tenant, Path]]:
     return sorted(found, key=lambda t: -t[0].median_rps)
 
 
-def trace_args(path: Path) -> list[str]:
+def trace_args(path: Path, first_half: bool = False) -> list[str]:
     """The backtest flags for a tenant's series: the aggregate's token mix, its last 7
-    days."""
+    days (``first_half``: days 4-7, the frontier's first halves)."""
+    part = (
+        ["--max-minutes", str(7 * 1440), "--replay-days", "3.5"]
+        if first_half
+        else ["--replay-days", "7"]
+    )
     return [
         "--trace", str(path), "--format", "rate",
-        "--token-mix", f"{F.SG}_input_tokens_pdf.csv.gz", "--replay-days", "7",
+        "--token-mix", f"{F.SG}_input_tokens_pdf.csv.gz", *part,
     ]  # fmt: skip
 
 
-def replay_tenant(job: tuple[Tenant, Path, int]) -> list[F.Point]:
-    """The HPA's and the smoothed oracle's curves, and the default point."""
+def replay_tenant(job: tuple[Tenant, Path, int, bool, list[str]]) -> list[F.Point]:
+    """The HPA's and the smoothed oracle's curves, and the default point (with ``extra``
+    backtest flags: a variant's, in its place)."""
     from prescaler.api import ObjectiveSpec
 
-    tenant, path, cold = job
-    _, one, replay = F.replayer(trace_args(path), cold)
+    tenant, path, cold, first_half, extra = job
+    _, one, replay = F.replayer(trace_args(path, first_half), cold)
     points = F.reference_points(one, replay)
     relative = ObjectiveSpec.model_fields["relative_to_hpa"].default
-    default = replay(one("predictive", []))
+    default = replay(one("predictive", extra))
     points.append(F.Point("predictive", "relative", relative, True, *default))
     print(f"{tenant.name} {cold} s done", file=sys.stderr, flush=True)
     return points
@@ -187,8 +196,16 @@ def main() -> int:
     parser.add_argument(
         "--from-points", action="store_true", help=f"no replay: tables from {POINTS}"
     )
+    parser.add_argument(
+        "--first-halves",
+        action="store_true",
+        help="replay days 4-7 of each tenant, where a variant is to be tuned (prints only)",
+    )
+    parser.add_argument(
+        "extra", nargs="*", help="backtest flags for prescaler's point (after --; prints only)"
+    )
     args = parser.parse_args()
-    whole = args.only is None and args.cold is None
+    whole = args.only is None and args.cold is None and not args.first_halves and not args.extra
     if args.from_points:
         runs = [
             (Tenant(**r["tenant"]), r["cold"], [F.Point(**p) for p in r["points"]])
@@ -197,14 +214,14 @@ def main() -> int:
     else:
         found = tenants(Path(tempfile.mkdtemp(prefix="prescaler-tenants-")))
         jobs = [
-            (t, path, cold)
+            (t, path, cold, args.first_halves, args.extra)
             for t, path in found
             if args.only is None or args.only in t.name
             for cold in args.cold or F.COLD_STARTS
         ]
         with ProcessPoolExecutor(max_workers=max(1, args.jobs)) as pool:
             results = list(pool.map(replay_tenant, jobs))
-        runs = [(t, c, pts) for (t, _, c), pts in zip(jobs, results, strict=True)]
+        runs = [(job[0], job[2], pts) for job, pts in zip(jobs, results, strict=True)]
         if whole:
             stored = [
                 {"tenant": asdict(t), "cold": c, "points": [asdict(p) for p in pts]}
@@ -213,7 +230,7 @@ def main() -> int:
             POINTS.write_text(json.dumps(stored, indent=1) + "\n")
     text = section(runs)
     print(text)
-    if not args.no_readme and (whole or args.from_points):
+    if not args.no_readme and (whole or args.from_points):  # the held-out defaults only
         replace_section(
             "<!-- tenants:begin -->", "<!-- tenants:end -->", text, "Tenants (ServeGen, held out)"
         )
