@@ -61,7 +61,7 @@ test: quality cluster-bin prometheus-bin
 
 # The cluster tests on a machine as busy as a shared CI runner: they must still pass.
 test-stress: venv cluster-bin prometheus-bin
-	@bash hack/test-stress.sh
+	@STRESS_PYTEST="$${STRESS_PYTEST-$(PYTEST_PARALLEL)}" bash hack/test-stress.sh
 
 demo: venv
 	@bash hack/demo.sh $(ARGS)
