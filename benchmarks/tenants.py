@@ -117,13 +117,20 @@ def replay_tenant(job: tuple[Tenant, Path, int, bool, list[str]]) -> list[F.Poin
     return points
 
 
-def _band(ratio: float | None, on_hpa: float | None, unserved: float) -> str:
+def _judge(points: list[F.Point]) -> tuple[F.Headline, F.Point, F.Point, str]:
+    """The default's headline, the HPA's point at 0.7, the default point, and the band
+    (:data:`BANDS`) its frontier ratio falls in."""
+    h = F.default_headline(points)
+    d = next(p for p in points if p.policy == "predictive" and p.default)
+    on_hpa = F.curve_at(points, "reactive", d.gpu_hours)
     if on_hpa is None:
-        return "outside the HPA's swept curve"
-    if on_hpa <= 0:
-        return "neither leaves any" if unserved <= 0 else "the HPA's curve leaves none there"
-    assert ratio is not None
-    return "≤ 0.8" if ratio <= 0.8 else "0.8–1" if ratio <= 1 else "> 1"
+        band = "outside the HPA's swept curve"
+    elif on_hpa <= 0:
+        band = "neither leaves any" if d.unserved <= 0 else "the HPA's curve leaves none there"
+    else:
+        ratio = d.unserved / on_hpa
+        band = "≤ 0.8" if ratio <= 0.8 else "0.8–1" if ratio <= 1 else "> 1"
+    return h, F.hpa_point(points), d, band
 
 
 BANDS = (
@@ -143,11 +150,8 @@ def section(runs: Sequence[tuple[Tenant, int, list[F.Point]]]) -> str:
         "|---|---:|---:|---|---:|---:|---:|---:|",
     ]
     for tenant, cold, points in runs:
-        h = F.default_headline(points)
-        hpa = F.hpa_point(points)
-        d = next(p for p in points if p.policy == "predictive" and p.default)
-        on_hpa = F.curve_at(points, "reactive", d.gpu_hours)
-        ratio = F._fmt(h.frontier_ratio) if on_hpa else _band(None, on_hpa, d.unserved)
+        h, hpa, d, band = _judge(points)
+        ratio = F._fmt(h.frontier_ratio) if h.frontier_ratio is not None else band
         unserved = F._fmt(h.unserved) if h.unserved is not None else f"{d.unserved:.3%} (HPA none)"
         note = " (dearer than the HPA at 0.5)" if h.dearer_than_half else ""
         lines.append(
@@ -167,12 +171,8 @@ def section(runs: Sequence[tuple[Tenant, int, list[F.Point]]]) -> str:
         worse = dearer = 0
         pairs = []
         for points in mine:
-            h = F.default_headline(points)
-            hpa = F.hpa_point(points)
-            d = next(p for p in points if p.policy == "predictive" and p.default)
-            counts[
-                _band(h.frontier_ratio, F.curve_at(points, "reactive", d.gpu_hours), d.unserved)
-            ] += 1
+            h, hpa, d, band = _judge(points)
+            counts[band] += 1
             worse += d.unserved > hpa.unserved and d.gpu_hours > hpa.gpu_hours
             dearer += h.dearer_than_half
             pairs.append((hpa, d))
