@@ -32,11 +32,12 @@ The rules, in order:
    ``scale_down_requires_observation``, a missing observation (a metrics gap) holds too:
    a forecast that cannot be checked against the present does not release capacity.
 5. **Scale-down.** Never below the windows' floor, and not within the stabilization
-   period after a scale-up. A replica released is not added back within that period
-   (that would be a second direction change in one period: flapping). With the risk
-   model, a release keeps what it sizes for the lookahead (the target: a released replica
-   can be back within it); without it, what the forecast's upper band needs over the
-   lookahead *plus* the period, times the nowcast guard's headroom. Forecasts made at
+   period after a scale-up. A release aims to keep every replica that would be added back
+   within that period (a second direction change in one period: flapping); the rules
+   below make that rare, not impossible, on noisy demand. With the risk model, a release
+   keeps what it sizes for the lookahead (the target: a released replica can be back
+   within it); without it, what the forecast's upper band needs over the lookahead *plus*
+   the period, times the nowcast guard's headroom. Forecasts made at
    other times disagree, and a noisy one jumps from decision to decision, so a release
    also keeps the largest demand target (forecast, observation, queue; not a window's
    floor, which is known ahead and ends with the window) of the last lookahead plus period
