@@ -147,3 +147,55 @@ def test_a_window_floor_is_not_remembered() -> None:
     )
     assert during.desired_replicas == 12
     assert during.recent_targets == ((NOW + 300.0, 2),)  # demand's target, not the floor
+
+
+def after_release(
+    forecast_rps: float,
+    observed_rps: float | None,
+    released_ago: float,
+    windows: tuple[ScheduledWindow, ...] = (),
+) -> ScalePlan:
+    """A fleet of 5 that released a replica ``released_ago`` seconds ago, and a forecast of
+    ``forecast_rps`` (1 request/s per replica)."""
+    return plan(
+        PlanInputs(
+            now=NOW,
+            capacity=CAPACITY,
+            fleet=FleetState(
+                5,
+                5,
+                last_scale_down_at=NOW - released_ago,
+                observed_requests_per_second=observed_rps,
+            ),
+            policy=POLICY,
+            cold_start_seconds=COLD_START,
+            forecast=Flat(forecast_rps, NOW),
+            windows=windows,
+        )
+    )
+
+
+def test_a_forecast_alone_does_not_add_back_within_the_period_after_a_release() -> None:
+    # Released 60 s ago; the forecast now asks for 7, and what arrives (4 req/s) needs 4.
+    held = after_release(7.0, 4.0, 60.0)
+    assert held.target_replicas == 7
+    assert (held.desired_replicas, held.action, held.driver) == (5, "hold", "stabilization")
+    assert "only what arrives now adds replicas back" in held.reason
+    # After the period the same forecast adds them back; so does a missing release.
+    assert after_release(7.0, 4.0, POLICY.scale_down_stabilization_seconds).desired_replicas == 7
+    assert after_release(7.0, 4.0, 1e9).desired_replicas == 7
+    # A missing observation does not add them back within the period either.
+    assert after_release(7.0, None, 60.0).desired_replicas == 5
+
+
+def test_what_arrives_now_or_a_window_adds_back_at_once_after_a_release() -> None:
+    # What arrives now (6 req/s) needs more than the 5 left: the plan scales to its target.
+    short = after_release(7.0, 6.0, 60.0)
+    assert (short.desired_replicas, short.action) == (7, "scale_up")
+    # A window's floor is known ahead: it is honoured within the period too.
+    start = datetime.fromtimestamp(NOW, UTC)
+    window = ScheduledWindow(
+        name="launch", start=start, end=start + timedelta(minutes=10), min_replicas=8
+    )
+    warmed = after_release(2.0, 2.0, 60.0, windows=(window,))
+    assert (warmed.desired_replicas, warmed.driver) == (8, "window")
