@@ -32,13 +32,12 @@ The rules, in order:
    ``scale_down_requires_observation``, a missing observation (a metrics gap) holds too:
    a forecast that cannot be checked against the present does not release capacity.
 5. **Scale-down.** Never below the windows' floor, and not within the stabilization
-   period after a scale-up. Within that period after a release, replicas come back only
-   for what arrives now (the nowcast guard or the queue term) or for a floor
-   (``min_replicas``, a window), not for a forecast or margin alone: adding back what was
-   just released is a second direction change in one period (flapping). With the risk
-   model, a release keeps what it sizes for the lookahead (the target: a released replica
-   can be back within it); without it, what the forecast's upper band needs over the
-   lookahead *plus* the period, times the nowcast guard's headroom. Forecasts made at
+   period after a scale-up. A release aims to keep every replica that would be added back
+   within that period (a second direction change in one period: flapping); the rules
+   below make that rare, not impossible, on noisy demand. With the risk model, a release
+   keeps what it sizes for the lookahead (the target: a released replica can be back
+   within it); without it, what the forecast's upper band needs over the lookahead *plus*
+   the period, times the nowcast guard's headroom. Forecasts made at
    other times disagree, and a noisy one jumps from decision to decision, so a release
    also keeps the largest demand target (forecast, observation, queue; not a window's
    floor, which is known ahead and ends with the window) of the last lookahead plus period
@@ -47,7 +46,7 @@ The rules, in order:
    back (``FleetState.recent_targets``). ``forecast`` mode releases at once
    what that does not need (the replica can be back one cold start before the forecast
    needs it); ``paced`` mode removes a bounded step at most once per stabilization period.
-   Scale-up is immediate (optionally step-bounded), but for that period after a release.
+   Scale-up is immediate (optionally step-bounded).
 6. **Standby.** Warm standby covers the gap between the plan and the most the horizon may
    ask for (the forecast's upper peak, and any window opening within it), so a surprise
    beyond the lookahead, or a window's pre-warm, starts from a warm node.
@@ -606,7 +605,7 @@ def plan(inputs: PlanInputs) -> ScalePlan:
     elif target == 0 and current > 0:
         target = 1
         why += f"; zero only after {period:.0f}s of zero or absent demand"
-    hard_floor = fixed_floor = min(max(window_floor, policy.min_replicas), policy.max_replicas)
+    hard_floor = min(max(window_floor, policy.min_replicas), policy.max_replicas)
     floor_driver: Driver = "window" if window_floor > policy.min_replicas else "floor"
     # With the risk model, a release keeps what it sizes for the lookahead (a released
     # replica can be back, ready, within it): the target itself, so nothing more here.
@@ -631,18 +630,6 @@ def plan(inputs: PlanInputs) -> ScalePlan:
     desired, action, reason = _pace(inputs, target, hard_floor, may_shrink, why)
     if action == "hold" and usable and blind and inputs.forecast_expected and not idle:
         reason = f"hold {current}: no observed demand, so no scale-down"
-    # Within a stabilization period after a release, replicas come back for what arrives
-    # now (the guard or the queue) or for a floor (minReplicas, a window), not for a
-    # forecast or margin alone: one that asks again at once is the noise the release was
-    # to outlast, and adding them back is a second direction change in the period.
-    present = max((c[0] for c in candidates if c[3] in ("observed", "queue")), default=0)
-    if action == "scale_up" and not settled and current >= fixed_floor and present <= current:
-        desired, action, driver = current, "hold", "stabilization"
-        reason = (
-            f"hold {current} (target {target}): released {now - (released or now):.0f}s ago; "
-            f"within the stabilization period ({period:.0f}s) only what arrives now adds "
-            f"replicas back, and it needs {present}: {why}"
-        )
     stuck = fleet.unschedulable_replicas
     least = min(policy.min_replicas, policy.max_replicas)
     if action == "scale_up" and stuck > 0 and current >= least:
