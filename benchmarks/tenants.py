@@ -128,7 +128,8 @@ def _judge(points: list[F.Point]) -> tuple[F.Headline, F.Point, F.Point, str]:
     elif on_hpa <= 0:
         band = "neither leaves any" if d.unserved <= 0 else "the HPA's curve leaves none there"
     else:
-        ratio = d.unserved / on_hpa
+        ratio = h.frontier_ratio  # the default's unserved over on_hpa
+        assert ratio is not None
         band = "≤ 0.8" if ratio <= 0.8 else "0.8–1" if ratio <= 1 else "> 1"
     return h, F.hpa_point(points), d, band
 
