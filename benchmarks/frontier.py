@@ -568,21 +568,26 @@ def write_readme(text: str, headline_table: str) -> None:
     replace_section(HEADLINE_BEGIN, HEADLINE_END, headline_table, "Benchmarks", PROJECT_README)
 
 
+def synthetic_args(path: Path, first_halves: bool = False) -> list[str]:
+    """``prescaler backtest``'s flags for one generated trace: its last 7 of 14 days, or
+    (``first_halves``) days 4-7."""
+    part = ["--max-minutes", str(7 * 1440), "--replay-days", "3.5"]
+    return [
+        "--trace", str(path), "--format", "rate", "--prompt-tokens", "1000",
+        "--output-tokens", "200", *(part if first_halves else ["--replay-days", "7"]),
+    ]  # fmt: skip
+
+
 def synthetic_runs(out: Path, first_halves: bool = False) -> dict[str, list[str]]:
-    """The generated minute-level traces (``benchmarks/synthetic_traces.py``) as runs: the
-    last 7 of their 14 days, or (``first_halves``) days 4-7."""
+    """The generated minute-level traces (``benchmarks/synthetic_traces.py``) as runs."""
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     from synthetic_traces import write
 
-    part = ["--max-minutes", str(7 * 1440), "--replay-days", "3.5"]
     label = "days 4-7 of 14, first half" if first_halves else "last 7 of 14 d"
     return {
-        f"{name} (synthetic, {label})": [
-            "--trace", str(path), "--format", "rate", "--prompt-tokens", "1000",
-            "--output-tokens", "200", *(part if first_halves else ["--replay-days", "7"]),
-        ]
+        f"{name} (synthetic, {label})": synthetic_args(path, first_halves)
         for name, path in write(out).items()
-    }  # fmt: skip
+    }
 
 
 def main() -> int:
