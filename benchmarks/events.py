@@ -27,13 +27,14 @@ held-out half the frontier replays (the last 7 of 14 days), through the same cod
   and the spread of a score that a few events decide.
 
 It writes the results to ``benchmarks/frontier/events.json`` and the tables to
-``benchmarks/README.md`` between the ``events:begin``/``events:end`` markers.
+``benchmarks/README.md`` between the ``generated-events:begin``/``generated-events:end`` markers.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import statistics
 import sys
@@ -50,7 +51,7 @@ from _readme import replace_section
 from synthetic_traces import GENERATORS, Generated, write_rate
 
 RESULTS = F.PLOTS / "events.json"
-BEGIN, END = "<!-- events:begin -->", "<!-- events:end -->"
+BEGIN, END = "<!-- generated-events:begin -->", "<!-- generated-events:end -->"
 FRONTIER_SEEDS = {"web": 11, "stream": 23}
 """The seeds the frontier's generated traces use (the generators' defaults)."""
 TAIL_MINUTES = 30
@@ -191,6 +192,26 @@ def _ups(p: F.Point) -> tuple[float, float, int]:
     return p.unserved, p.gpu_hours, p.shortfall_minutes
 
 
+def frontier_ratio(points: list[F.Point]) -> float | None:
+    """The default's unserved ÷ the HPA curve's at its GPU-hours; infinite where that
+    curve leaves nothing and the default does (the frontier's table would show nothing)."""
+    d = next(p for p in points if p.policy == "predictive" and p.default)
+    on_hpa = F.curve_at(points, "reactive", d.gpu_hours)
+    if on_hpa is None:
+        return None
+    if on_hpa <= 0:
+        return math.inf if d.unserved > 0 else None
+    return d.unserved / on_hpa
+
+
+def _ratio(x: float | None) -> str:
+    return "∞ (the HPA's curve leaves none there)" if x == math.inf else F._fmt(x)
+
+
+def _short(x: float) -> str:
+    return "∞" if x == math.inf else f"{x:.2f}"
+
+
 def _pct(x: float | None) -> str:
     return "–" if x is None else f"{x:.0%}"
 
@@ -231,26 +252,32 @@ def tables(cells: list[Cell]) -> str:
     for c in sorted(
         cells, key=lambda c: (c.trace, c.cold, c.seed != FRONTIER_SEEDS[c.trace], c.seed)
     ):
-        h = F.default_headline([F.Point(**p) for p in c.points])
+        pts = [F.Point(**p) for p in c.points]
+        h = F.default_headline(pts)
         seed = f"**{c.seed}**" if c.seed == FRONTIER_SEEDS[c.trace] else str(c.seed)
         lines.append(
             f"| {c.trace} | {c.cold} s | {seed} | {c.events} | {F._fmt(h.unserved)} "
-            f"| {h.gpu_hours:.3f} | {F._fmt(h.frontier_ratio)} |"
+            f"| {h.gpu_hours:.3f} | {_ratio(frontier_ratio(pts))} |"
         )
     lines += [
         "",
-        "| trace | cold start | seeds | frontier ratio: median (min–max) | seeds at ≤ 0.8 |",
-        "|---|---|---:|---|---:|",
+        "| trace | cold start | seeds | frontier ratio: median (min–max) | seeds at ≤ 0.8 "
+        "| seeds worse than the HPA on both axes |",
+        "|---|---|---:|---|---:|---:|",
     ]
-    groups: dict[tuple[str, int], list[float]] = {}
+    groups: dict[tuple[str, int], list[tuple[float, bool]]] = {}
     for c in cells:
-        h = F.default_headline([F.Point(**p) for p in c.points])
-        if h.frontier_ratio is not None:
-            groups.setdefault((c.trace, c.cold), []).append(h.frontier_ratio)
-    for (trace, cold), ratios in sorted(groups.items()):
+        pts = [F.Point(**p) for p in c.points]
+        ratio, h = frontier_ratio(pts), F.default_headline(pts)
+        both = h.unserved is not None and h.unserved > 1 and h.gpu_hours > 1
+        if ratio is not None:
+            groups.setdefault((c.trace, c.cold), []).append((ratio, both))
+    for (trace, cold), rows in sorted(groups.items()):
+        ratios = [r for r, _ in rows]
+        span = f"{_short(min(ratios))}–{_short(max(ratios))}"
         lines.append(
-            f"| {trace} | {cold} s | {len(ratios)} | {statistics.median(ratios):.2f} "
-            f"({min(ratios):.2f}–{max(ratios):.2f}) | {sum(r <= 0.8 for r in ratios)} |"
+            f"| {trace} | {cold} s | {len(rows)} | {_short(statistics.median(ratios))} ({span}) "
+            f"| {sum(r <= 0.8 for r in ratios)} | {sum(b for _, b in rows)} |"
         )
     return "\n".join(lines)
 
