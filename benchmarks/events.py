@@ -3,7 +3,7 @@ their day would add to the HPA.
 
 Run from the project root::
 
-    .venv/bin/python benchmarks/events.py               # about 40 minutes on 2 cores
+    .venv/bin/python benchmarks/events.py               # about 25 minutes on 2 cores
     .venv/bin/python benchmarks/events.py --seeds 0     # the frontier's traces only
     .venv/bin/python benchmarks/events.py --from-points # tables from the stored results
 
@@ -171,6 +171,7 @@ def replay_cell(job: tuple[str, int, int]) -> Cell:
             day_points.append(
                 F.Point("day-oracle", "k", k, False, p.unserved, p.gpu_hours, p.shortfall_minutes)
             )
+    # The envelope takes the HPA alone too (k 0): the day beside it can only add replicas.
     hpa_curve = [p for p in points if p.policy == "reactive"]
     points += envelope(
         day_points + [F.Point("day-oracle", "k", 0.0, False, *_ups(p)) for p in hpa_curve]
@@ -194,7 +195,7 @@ def _ups(p: F.Point) -> tuple[float, float, int]:
 
 def frontier_ratio(points: list[F.Point]) -> float | None:
     """The default's unserved ÷ the HPA curve's at its GPU-hours; infinite where that
-    curve leaves nothing and the default does (the frontier's table would show nothing)."""
+    curve leaves nothing and the default does (``frontier.default_headline`` gives none)."""
     d = next(p for p in points if p.policy == "predictive" and p.default)
     on_hpa = F.curve_at(points, "reactive", d.gpu_hours)
     if on_hpa is None:
