@@ -106,16 +106,7 @@ def stream_generated(seed: int = 23, days: int = 14) -> Generated:
     return Generated(rng.poisson(rate * 60) / 60.0, expected, tuple(events))
 
 
-def web(seed: int = 11, days: int = 14) -> np.ndarray:
-    return web_generated(seed, days).rate
-
-
-def stream(seed: int = 23, days: int = 14) -> np.ndarray:
-    return stream_generated(seed, days).rate
-
-
 GENERATORS: dict[str, Callable[..., Generated]] = {"web": web_generated, "stream": stream_generated}
-TRACES = {"web": web, "stream": stream}
 
 
 def write_rate(path: Path, rps: np.ndarray) -> Path:
@@ -130,7 +121,7 @@ def write_rate(path: Path, rps: np.ndarray) -> Path:
 def write(out: Path) -> dict[str, Path]:
     """Write every synthetic trace as ``<name>.csv`` (``timestamp,requests_per_second``)."""
     out.mkdir(parents=True, exist_ok=True)
-    return {name: write_rate(out / f"{name}.csv", make()) for name, make in TRACES.items()}
+    return {name: write_rate(out / f"{name}.csv", make().rate) for name, make in GENERATORS.items()}
 
 
 if __name__ == "__main__":
