@@ -193,22 +193,6 @@ def _ups(p: F.Point) -> tuple[float, float, int]:
     return p.unserved, p.gpu_hours, p.shortfall_minutes
 
 
-def frontier_ratio(points: list[F.Point]) -> float | None:
-    """The default's unserved ÷ the HPA curve's at its GPU-hours; infinite where that
-    curve leaves nothing and the default does (``frontier.default_headline`` gives none)."""
-    d = next(p for p in points if p.policy == "predictive" and p.default)
-    on_hpa = F.curve_at(points, "reactive", d.gpu_hours)
-    if on_hpa is None:
-        return None
-    if on_hpa <= 0:
-        return math.inf if d.unserved > 0 else None
-    return d.unserved / on_hpa
-
-
-def _ratio(x: float | None) -> str:
-    return "∞ (the HPA's curve leaves none there)" if x == math.inf else F._fmt(x)
-
-
 def _short(x: float) -> str:
     return "∞" if x == math.inf else f"{x:.2f}"
 
@@ -231,7 +215,7 @@ def tables(cells: list[Cell]) -> str:
     for c in own:
         pts = [F.Point(**p) for p in c.points]
         hpa = F.hpa_point(pts)
-        d = next(p for p in pts if p.policy == "predictive" and p.default)
+        d = F.default_point(pts)
         on_hpa = F.curve_at(pts, "reactive", d.gpu_hours)
         on_day = F.curve_at(pts, "day-oracle", d.gpu_hours)
         daily = F.curve_at(pts, "day-oracle", DAILY_GPU * hpa.gpu_hours)
@@ -258,7 +242,7 @@ def tables(cells: list[Cell]) -> str:
         seed = f"**{c.seed}**" if c.seed == FRONTIER_SEEDS[c.trace] else str(c.seed)
         lines.append(
             f"| {c.trace} | {c.cold} s | {seed} | {c.events} | {F._fmt(h.unserved)} "
-            f"| {h.gpu_hours:.3f} | {_ratio(frontier_ratio(pts))} |"
+            f"| {h.gpu_hours:.3f} | {h.ratio_text} |"
         )
     lines += [
         "",
@@ -269,10 +253,9 @@ def tables(cells: list[Cell]) -> str:
     groups: dict[tuple[str, int], list[tuple[float, bool]]] = {}
     for c in cells:
         pts = [F.Point(**p) for p in c.points]
-        ratio, h = frontier_ratio(pts), F.default_headline(pts)
-        both = h.unserved is not None and h.unserved > 1 and h.gpu_hours > 1
-        if ratio is not None:
-            groups.setdefault((c.trace, c.cold), []).append((ratio, both))
+        h = F.default_headline(pts)
+        if h.frontier_ratio is not None:
+            groups.setdefault((c.trace, c.cold), []).append((h.frontier_ratio, h.worse_on_both))
     for (trace, cold), rows in sorted(groups.items()):
         ratios = [r for r, _ in rows]
         span = f"{_short(min(ratios))}–{_short(max(ratios))}"

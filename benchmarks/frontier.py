@@ -289,6 +289,18 @@ def curve_at(points: list[Point], policy: str, gpu_hours: float) -> float | None
     )
 
 
+BANDS = (
+    "≤ 0.8",
+    "0.8–1",
+    "> 1",
+    "neither leaves any",
+    "the HPA's curve leaves none there",
+    "outside the HPA's swept curve",
+)
+"""Where a default's frontier ratio falls (:attr:`Headline.band`): three bands of the
+ratio, and the three cases where it is no number."""
+
+
 @dataclass(frozen=True)
 class Headline:
     """The default point against the HPA's curve (each ``None`` where it cannot be read)."""
@@ -298,20 +310,39 @@ class Headline:
     gpu_hours: float
     """Its GPU-hours ÷ the HPA's."""
     frontier_ratio: float | None
-    """Its unserved ÷ the HPA curve's at its GPU-hours."""
+    """Its unserved ÷ the HPA curve's at its GPU-hours: infinite where that curve leaves
+    none and it does; ``None`` where neither leaves any or outside the swept curve."""
+    band: str
+    """Which of :data:`BANDS` the frontier ratio falls in."""
     gap_closed: float | None
     """(HPA curve − it) ÷ (HPA curve − smoothed-oracle curve), at its GPU-hours."""
     dearer_than_half: bool
     """Dearer than the HPA at target 0.5 (the curve's dearest point)."""
+    worse_on_both: bool
+    """Leaves more unserved than the HPA at 0.7 and spends more GPU-hours."""
+
+    @property
+    def ratio_text(self) -> str:
+        """The frontier ratio for a table: the number, or the band where it is none."""
+        r = self.frontier_ratio
+        return f"{r:.2f}" if r is not None and math.isfinite(r) else self.band
 
 
 def default_headline(points: list[Point]) -> Headline:
     hpa = hpa_point(points)
-    d = next(p for p in points if p.policy == "predictive" and p.default)
+    d = default_point(points)
     half = next(p for p in points if p.policy == "reactive" and p.value == min(HPA_TARGETS))
     on_hpa = curve_at(points, "reactive", d.gpu_hours)
     on_oracle = curve_at(points, "smoothed-oracle", d.gpu_hours)
-    ratio = d.unserved / on_hpa if on_hpa else None
+    ratio: float | None = None
+    if on_hpa is None:
+        band = BANDS[5]
+    elif on_hpa <= 0:
+        band = BANDS[4] if d.unserved > 0 else BANDS[3]
+        ratio = math.inf if d.unserved > 0 else None
+    else:
+        ratio = d.unserved / on_hpa
+        band = BANDS[0] if ratio <= 0.8 else BANDS[1] if ratio <= 1 else BANDS[2]
     closed = None
     if on_hpa is not None and on_oracle is not None and on_oracle < on_hpa:
         closed = (on_hpa - d.unserved) / (on_hpa - on_oracle)
@@ -319,8 +350,10 @@ def default_headline(points: list[Point]) -> Headline:
         unserved=d.unserved / hpa.unserved if hpa.unserved > 0 else None,
         gpu_hours=d.gpu_hours / hpa.gpu_hours,
         frontier_ratio=ratio,
+        band=band,
         gap_closed=closed,
         dearer_than_half=d.gpu_hours > half.gpu_hours,
+        worse_on_both=d.unserved > hpa.unserved and d.gpu_hours > hpa.gpu_hours,
     )
 
 
@@ -411,16 +444,11 @@ def headline_section(results: list[tuple[str, int, list[Point], Path]]) -> str:
         note = " (dearer than the HPA at 0.5)" if h.dearer_than_half else ""
         lines.append(
             f"| {name} | {cold} s | {_fmt(h.unserved)} | {h.gpu_hours:.3f}{note} "
-            f"| {_fmt(h.frontier_ratio)} | {gap} |"
+            f"| {h.ratio_text} | {gap} |"
         )
     for cold in sorted({c for _, c, _, _ in results}):
         mine = [pts for _, c, pts, _ in results if c == cold]
-        mean, gpu = over_traces(
-            [
-                (hpa_point(pts), next(p for p in pts if p.policy == "predictive" and p.default))
-                for pts in mine
-            ]
-        )
+        mean, gpu = over_traces([(hpa_point(pts), default_point(pts)) for pts in mine])
         lines.append(
             f"| **all traces** (mean of the unserved ratios, GPU-hours summed) | {cold} s "
             f"| {mean} | {gpu:.3f} | | |"
@@ -431,6 +459,11 @@ def headline_section(results: list[tuple[str, int, list[Point], Path]]) -> str:
 def hpa_point(points: list[Point]) -> Point:
     """The HPA at its default target: what every ratio is of."""
     return next(p for p in points if p.policy == "reactive" and p.default)
+
+
+def default_point(points: list[Point]) -> Point:
+    """prescaler at the product's defaults: the point every headline is about."""
+    return next(p for p in points if p.policy == "predictive" and p.default)
 
 
 def over_traces(pairs: list[tuple[Point, Point]]) -> tuple[str, float]:
@@ -489,7 +522,7 @@ def section(results: list[tuple[str, int, list[Point], Path]]) -> str:
     for name, cold, points, _ in results:
         a, b = headline(points)
         hpa = hpa_point(points)
-        d = next(p for p in points if p.policy == "predictive" and p.default)
+        d = default_point(points)
         ratio = d.unserved / hpa.unserved if hpa.unserved > 0 else math.inf
         lines.append(
             f"| {name} | {cold} s | {_fmt(a)} | {_fmt(b)} | {ratio:.2f} "
@@ -532,7 +565,7 @@ def section(results: list[tuple[str, int, list[Point], Path]]) -> str:
     for name, cold, points, _ in results:
         hpa = hpa_point(points)
         k = next(p for p in points if p.policy == "keda" and p.default)
-        d = next(p for p in points if p.policy == "predictive" and p.default)
+        d = default_point(points)
         on_hpa = curve_at(points, "reactive", k.gpu_hours)
 
         def share(x: float, hpa: Point = hpa) -> str:

@@ -117,33 +117,6 @@ def replay_tenant(job: tuple[Tenant, Path, int, bool, list[str]]) -> list[F.Poin
     return points
 
 
-def _judge(points: list[F.Point]) -> tuple[F.Headline, F.Point, F.Point, str]:
-    """The default's headline, the HPA's point at 0.7, the default point, and the band
-    (:data:`BANDS`) its frontier ratio falls in."""
-    h = F.default_headline(points)
-    d = next(p for p in points if p.policy == "predictive" and p.default)
-    on_hpa = F.curve_at(points, "reactive", d.gpu_hours)
-    if on_hpa is None:
-        band = "outside the HPA's swept curve"
-    elif on_hpa <= 0:
-        band = "neither leaves any" if d.unserved <= 0 else "the HPA's curve leaves none there"
-    else:
-        ratio = h.frontier_ratio  # the default's unserved over on_hpa
-        assert ratio is not None
-        band = "≤ 0.8" if ratio <= 0.8 else "0.8–1" if ratio <= 1 else "> 1"
-    return h, F.hpa_point(points), d, band
-
-
-BANDS = (
-    "≤ 0.8",
-    "0.8–1",
-    "> 1",
-    "neither leaves any",
-    "the HPA's curve leaves none there",
-    "outside the HPA's swept curve",
-)
-
-
 def section(runs: Sequence[tuple[Tenant, int, list[F.Point]]]) -> str:
     lines = [
         "| tenant | median req/s | peak ÷ median | cold start | HPA at 0.7: unserved | "
@@ -151,8 +124,8 @@ def section(runs: Sequence[tuple[Tenant, int, list[F.Point]]]) -> str:
         "|---|---:|---:|---|---:|---:|---:|---:|",
     ]
     for tenant, cold, points in runs:
-        h, hpa, d, band = _judge(points)
-        ratio = F._fmt(h.frontier_ratio) if h.frontier_ratio is not None else band
+        h, hpa, d = F.default_headline(points), F.hpa_point(points), F.default_point(points)
+        ratio = h.ratio_text
         unserved = F._fmt(h.unserved) if h.unserved is not None else f"{d.unserved:.3%} (HPA none)"
         note = " (dearer than the HPA at 0.5)" if h.dearer_than_half else ""
         lines.append(
@@ -161,20 +134,20 @@ def section(runs: Sequence[tuple[Tenant, int, list[F.Point]]]) -> str:
         )
     lines += [
         "",
-        "| cold start | tenants | " + " | ".join(f"frontier ratio {b}" for b in BANDS[:3])
-        + " | " + " | ".join(BANDS[3:]) + " | worse than the HPA on both axes | "
+        "| cold start | tenants | " + " | ".join(f"frontier ratio {b}" for b in F.BANDS[:3])
+        + " | " + " | ".join(F.BANDS[3:]) + " | worse than the HPA on both axes | "
         "dearer than the HPA at 0.5 | unserved ÷ HPA (median) | GPU-h ÷ HPA (summed) |",
-        "|---|---:|" + "---:|" * (len(BANDS) + 4),
+        "|---|---:|" + "---:|" * (len(F.BANDS) + 4),
     ]  # fmt: skip
     for cold in sorted({c for _, c, _ in runs}):
         mine = [pts for _, c, pts in runs if c == cold]
-        counts = dict.fromkeys(BANDS, 0)
+        counts = dict.fromkeys(F.BANDS, 0)
         worse = dearer = 0
         pairs = []
         for points in mine:
-            h, hpa, d, band = _judge(points)
-            counts[band] += 1
-            worse += d.unserved > hpa.unserved and d.gpu_hours > hpa.gpu_hours
+            h, hpa, d = F.default_headline(points), F.hpa_point(points), F.default_point(points)
+            counts[h.band] += 1
+            worse += h.worse_on_both
             dearer += h.dearer_than_half
             pairs.append((hpa, d))
         _, gpu = F.over_traces(pairs)
@@ -182,7 +155,7 @@ def section(runs: Sequence[tuple[Tenant, int, list[F.Point]]]) -> str:
         median = f"{float(np.median(ratios)):.2f}" if ratios else "n/a"
         lines.append(
             f"| {cold} s | {len(mine)} | "
-            + " | ".join(str(counts[b]) for b in BANDS)
+            + " | ".join(str(counts[b]) for b in F.BANDS)
             + f" | {worse} | {dearer} | {median} | {gpu:.3f} |"
         )
     return "\n".join(lines) + "\n"
