@@ -85,6 +85,22 @@ def test_missing_demand_adds_nothing_and_an_unobserved_lookahead_is_not_scored()
     assert not ended.histogram
 
 
+def test_garbage_capacity_reads_as_unknown() -> None:
+    """A ready capacity that is no number scores against the sized demand, as an absent
+    one does; a shadow HPA's that is no number is not scored at all."""
+    obj = objective()
+    risk = record_risk(PeakRisk(), 0, 10, base=10, sized=12)
+    absent = observe_risk(risk, obj, 5, 14.0, hpa_ready_capacity=11.0)
+    assert absent.pending[0].waited > 0
+    assert absent.pending[0].hpa_seen == 1
+    for bad in (math.nan, math.inf, -math.inf):
+        seen = observe_risk(risk, obj, 5, 14.0, ready_capacity=bad, hpa_ready_capacity=bad)
+        assert seen.pending[0].waited == absent.pending[0].waited
+        assert seen.pending[0].seen == 1
+        assert seen.pending[0].hpa_seen == 0
+        assert seen.pending[0].hpa_waited == 0
+
+
 def test_the_forecast_band_stands_in_until_enough_lookaheads_have_ended() -> None:
     obj = objective(min_outcomes=3)
     risk = PeakRisk()

@@ -419,9 +419,10 @@ def observe_risk(
 
     ``hpa_ready_capacity`` and ``hpa_waiting`` are a shadow HPA's on the same demand: what
     would have waited for it is scored too, for a relative objective's ``ε``."""
-    valid = demand is not None and math.isfinite(demand) and demand >= 0
-    ready_known = ready_capacity is not None and math.isfinite(ready_capacity)
-    hpa_known = hpa_ready_capacity is not None and math.isfinite(hpa_ready_capacity)
+    # Garbage reads as unknown: each is a number from here on, or None.
+    demand = demand if demand is not None and math.isfinite(demand) and demand >= 0 else None
+    ready_capacity = _finite(ready_capacity)
+    hpa_ready_capacity = _finite(hpa_ready_capacity)
     interval = None
     if risk.observed_at is not None and now > risk.observed_at:
         interval = now - risk.observed_at
@@ -435,9 +436,7 @@ def observe_risk(
     if (
         objective.budgeted
         and budget is not None
-        and valid
-        and ready_known
-        and hpa_known
+        and demand is not None
         and interval is not None
         and ready_capacity is not None
         and hpa_ready_capacity is not None
@@ -448,11 +447,11 @@ def observe_risk(
     still: list[Lookahead] = []
     learned = False
     mean, peak = risk.mean_demand, risk.peak_demand
-    if valid and demand is not None:
+    if demand is not None:
         mean = demand if mean is None else mean * fade + demand * (1.0 - fade)
         peak = demand if peak is None else max(demand, peak * fade + mean * (1.0 - fade))
     for look in risk.pending:
-        if valid and look.start <= now <= look.end and demand is not None:
+        if demand is not None and look.start <= now <= look.end:
             look = replace(
                 look,
                 peak=max(look.peak, demand),
@@ -460,13 +459,13 @@ def observe_risk(
                 waited=look.waited
                 + waiting_demand(
                     demand,
-                    ready_capacity if ready_known and ready_capacity is not None else look.sized,
+                    look.sized if ready_capacity is None else ready_capacity,
                     waiting,
                     interval,
                 ),
                 seen=look.seen + 1,
             )
-            if hpa_known and hpa_ready_capacity is not None:
+            if hpa_ready_capacity is not None:
                 look = replace(
                     look,
                     hpa_waited=look.hpa_waited
@@ -504,7 +503,7 @@ def observe_risk(
         pending=tuple(still),
         outcomes=outcomes,
         loss=loss,
-        observed_at=now if valid else risk.observed_at,
+        observed_at=now if demand is not None else risk.observed_at,
         mean_demand=mean,
         peak_demand=peak,
         target=aim,
@@ -514,6 +513,10 @@ def observe_risk(
         hpa_capacity=hpa_capacity,
         relative_scale=scale,
     )
+
+
+def _finite(x: float | None) -> float | None:
+    return x if x is not None and math.isfinite(x) else None
 
 
 def _budget_step(
