@@ -22,6 +22,7 @@ from prescaler.api import (
 )
 from prescaler.backtest import FleetConfig
 from prescaler.cli import backtest as cli_backtest
+from prescaler.planning import ScalingPolicy
 from prescaler.settings import ReconcileSettings
 
 BASE = ["--trace", "x.csv", "--format", "nab", "--cold-start-seconds", "240"]
@@ -160,3 +161,20 @@ def test_the_budget_flag_sets_a_share_or_turns_it_off() -> None:
     assert off.objective.budget_to_hpa == 0
     with pytest.raises(SystemExit):
         _args("--budget-to-hpa", "-1")
+
+
+def test_the_operators_policy_has_the_specs_defaults_not_the_bare_planners() -> None:
+    """``ScalingPolicy``'s own field defaults are the bare planner's; where they differ
+    from the spec's, a pool that sets nothing still plans with the spec's."""
+    pool = _operator_pool()
+    assert pool.forecast is not None
+    specs = (
+        float(pool.scale_down.stabilization_seconds),
+        pool.scale_down.mode,
+        float(pool.forecast.observed_trend_seconds),
+    )
+    policy = scaling_policy(pool)
+    bare = ScalingPolicy()
+    fields = ("scale_down_stabilization_seconds", "scale_down_mode", "observed_trend_seconds")
+    assert tuple(getattr(policy, f) for f in fields) == specs
+    assert all(getattr(bare, f) != s for f, s in zip(fields, specs, strict=True))

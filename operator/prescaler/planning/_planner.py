@@ -143,7 +143,13 @@ class ForecastLike(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class ScalingPolicy:
-    """How far ahead, how fast and within which bounds to scale."""
+    """How far ahead, how fast and within which bounds to scale.
+
+    The field defaults are the bare planner's (a policy built by hand, as the unit tests
+    do), not the product's: several differ from them (the stabilization period, the
+    scale-down mode, the ramp nowcast). The product's defaults live in the spec, and
+    ``prescaler.api.scaling_policy`` builds every policy the operator and the backtest
+    (``prescaler backtest``, the benchmarks) plan with from it, setting each field."""
 
     min_replicas: int = 1
     max_replicas: int = 10
