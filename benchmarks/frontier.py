@@ -289,14 +289,13 @@ def curve_at(points: list[Point], policy: str, gpu_hours: float) -> float | None
     )
 
 
-BANDS = (
-    "≤ 0.8",
-    "0.8–1",
-    "> 1",
+AT_MOST_08, TO_1, ABOVE_1 = "≤ 0.8", "0.8–1", "> 1"
+NEITHER, CURVE_NONE, OUTSIDE = (
     "neither leaves any",
     "the HPA's curve leaves none there",
     "outside the HPA's swept curve",
 )
+BANDS = (AT_MOST_08, TO_1, ABOVE_1, NEITHER, CURVE_NONE, OUTSIDE)
 """Where a default's frontier ratio falls (:attr:`Headline.band`): three bands of the
 ratio, and the three cases where it is no number."""
 
@@ -336,13 +335,13 @@ def default_headline(points: list[Point]) -> Headline:
     on_oracle = curve_at(points, "smoothed-oracle", d.gpu_hours)
     ratio: float | None = None
     if on_hpa is None:
-        band = BANDS[5]
+        band = OUTSIDE
     elif on_hpa <= 0:
-        band = BANDS[4] if d.unserved > 0 else BANDS[3]
+        band = CURVE_NONE if d.unserved > 0 else NEITHER
         ratio = math.inf if d.unserved > 0 else None
     else:
         ratio = d.unserved / on_hpa
-        band = BANDS[0] if ratio <= 0.8 else BANDS[1] if ratio <= 1 else BANDS[2]
+        band = AT_MOST_08 if ratio <= 0.8 else TO_1 if ratio <= 1 else ABOVE_1
     closed = None
     if on_hpa is not None and on_oracle is not None and on_oracle < on_hpa:
         closed = (on_hpa - d.unserved) / (on_hpa - on_oracle)
