@@ -18,6 +18,7 @@ from prescaler.api import (
     capacity_model,
     degradation_policy,
     forecast_service,
+    risk_objective,
     scaling_policy,
 )
 from prescaler.backtest import FleetConfig
@@ -178,3 +179,15 @@ def test_the_operators_policy_has_the_specs_defaults_not_the_bare_planners() -> 
     fields = ("scale_down_stabilization_seconds", "scale_down_mode", "observed_trend_seconds")
     assert tuple(getattr(policy, f) for f in fields) == specs
     assert all(getattr(bare, f) != s for f, s in zip(fields, specs, strict=True))
+
+
+def test_a_schedule_only_pool_reads_the_forecast_defaults_from_the_spec() -> None:
+    """A pool without ``forecast`` (schedules and bounds only) gets the settings that
+    ``ForecastSpec`` defaults to, the same as a pool whose ``forecast`` sets none of them;
+    ``ForecastSpec`` itself cannot be built without its Prometheus."""
+    schedule_only = _operator_pool(forecast=None)
+    assert schedule_only.forecast is None
+    with_forecast = _operator_pool()
+    assert scaling_policy(schedule_only) == scaling_policy(with_forecast)
+    assert risk_objective(schedule_only) == risk_objective(with_forecast)
+    assert capacity_model(schedule_only) == capacity_model(with_forecast)

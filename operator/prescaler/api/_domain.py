@@ -173,7 +173,7 @@ def capacity_model(
         context = max(1, round(context_tokens))
         if replica is not None:
             context = min(context, replica.model.max_context_tokens)
-    headroom = spec.forecast.headroom if spec.forecast is not None else 1.0
+    headroom = float(_forecast_setting(spec, "headroom"))
     try:
         tokens = TokenProfile(prompt, output, context)
         if (
@@ -214,9 +214,9 @@ def _measurable(value: float | None) -> bool:
 
 
 def scaling_policy(spec: InferencePoolSpec) -> ScalingPolicy:
-    refit = spec.forecast.refit_seconds if spec.forecast is not None else 3600
-    guard = spec.forecast.observed_headroom if spec.forecast is not None else 1.0
-    trend = spec.forecast.observed_trend_seconds if spec.forecast is not None else 0
+    refit = float(_forecast_setting(spec, "refit_seconds"))
+    guard = float(_forecast_setting(spec, "observed_headroom"))
+    trend = float(_forecast_setting(spec, "observed_trend_seconds"))
     placeholders = spec.standby.placeholders
     try:
         return ScalingPolicy(
@@ -224,7 +224,7 @@ def scaling_policy(spec: InferencePoolSpec) -> ScalingPolicy:
             max_replicas=spec.max_replicas,
             lead_margin_seconds=spec.cold_start.margin_seconds,
             observed_headroom=guard,
-            observed_trend_seconds=float(trend),
+            observed_trend_seconds=trend,
             # Missing or garbage metrics never cause a scale-down.
             scale_down_requires_observation=True,
             scale_down_mode=spec.scale_down.mode,
@@ -259,8 +259,17 @@ def risk_objective(spec: InferencePoolSpec) -> RiskObjective:
 def _day_seconds(spec: InferencePoolSpec) -> float:
     """The pool's day: its shortest seasonality period (a day unless the spec says
     otherwise, as a compressed replay does)."""
-    forecast = spec.forecast if spec.forecast is not None else ForecastSpec()
-    return float(min(forecast.seasonality_periods))
+    periods: list[int] = _forecast_setting(spec, "seasonality_periods")
+    return float(min(periods))
+
+
+def _forecast_setting(spec: InferencePoolSpec, name: str) -> Any:
+    """``spec.forecast``'s setting ``name``, or its default where the pool has no
+    ``forecast`` (a schedule-only pool, which observes nothing): the default lives in
+    :class:`ForecastSpec`, which cannot be built without its Prometheus."""
+    if spec.forecast is not None:
+        return getattr(spec.forecast, name)
+    return ForecastSpec.model_fields[name].get_default(call_default_factory=True)
 
 
 def degradation_policy(spec: InferencePoolSpec) -> DegradationPolicy:
