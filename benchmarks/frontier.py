@@ -213,7 +213,7 @@ def sweep(name: str, trace_args: list[str], cold: int) -> list[Point]:
     for k in PERSISTENCE_K:
         r = replay(one("persistence", ["--persistence-k", str(k)]))
         points.append(Point("persistence", "k", k, k == 1.4, *r))
-    default_relative = ObjectiveSpec.model_fields["relative_to_hpa"].default
+    default_relative = ObjectiveSpec.default_of("relative_to_hpa")
     store: dict[int, Any] = {}
     for f in sorted({*RELATIVE, default_relative}):
         policy = one("predictive", ["--relative-to-hpa", str(f)])
@@ -242,7 +242,7 @@ def floor_points(one: Any, replay: Any, store: dict[int, Any]) -> list[Point]:
     ``relativeToHpa`` (its default value left out: that is the default point)."""
     from prescaler.api import ObjectiveSpec
 
-    default_floor = ObjectiveSpec.model_fields["relative_floor"].default
+    default_floor = ObjectiveSpec.default_of("relative_floor")
     points = []
     for f in FLOORS:
         if f == default_floor:

@@ -80,7 +80,7 @@ from prescaler.settings import (  # noqa: E402
 )
 
 DAY = 86_400
-DEFAULT_MODEL = str(ForecastSpec.model_fields["model"].default)
+DEFAULT_MODEL = str(ForecastSpec.default_of("model"))
 INTERVAL = 60.0
 
 
@@ -885,6 +885,8 @@ def main() -> int:
 if __name__ == "__main__":
     try:
         code = main()
+    except SystemExit as exit_:  # argparse's --help and usage errors
+        code = 0 if exit_.code is None else exit_.code if isinstance(exit_.code, int) else 1
     except BaseException:
         traceback.print_exc()
         code = 1

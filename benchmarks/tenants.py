@@ -110,7 +110,7 @@ def replay_tenant(job: tuple[Tenant, Path, int, bool, list[str]]) -> list[F.Poin
     tenant, path, cold, first_half, extra = job
     _, one, replay = F.replayer(trace_args(path, first_half), cold)
     points = F.reference_points(one, replay)
-    relative = ObjectiveSpec.model_fields["relative_to_hpa"].default
+    relative = ObjectiveSpec.default_of("relative_to_hpa")
     default = replay(one("predictive", extra))
     points.append(F.Point("predictive", "relative", relative, True, *default))
     print(f"{tenant.name} {cold} s done", file=sys.stderr, flush=True)

@@ -67,7 +67,6 @@ def test_backtest_forecaster_and_headroom_are_the_specs() -> None:
         theirs.refit_seconds,
     )
     assert capacity_model(spec).headroom == capacity_model(pool).headroom
-    assert cli_backtest._default("headroom") == ForecastSpec.model_fields["headroom"].default
 
 
 def test_no_policy_flag_carries_a_default_of_its_own() -> None:

@@ -325,7 +325,7 @@ class Scenario:
         reconcile period, which run in real time; a tenth as many then span the same trace
         hours at 10x (else the pool's typical demand and its calibration would be the mean
         of days of trace, not hours)."""
-        default = ObjectiveSpec.model_fields["memory_lookaheads"].default
+        default = ObjectiveSpec.default_of("memory_lookaheads")
         return {"memory_lookaheads": max(10, round(default / self.compression))}
 
     def seasonality_periods(self) -> list[int]:

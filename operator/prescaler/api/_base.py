@@ -43,6 +43,12 @@ class WireModel(BaseModel):
         extra="ignore",
     )
 
+    @classmethod
+    def default_of(cls, name: str) -> Any:
+        """The default of field ``name`` (by its Python name): the one place a default
+        lives, for whatever else needs it (the CLI's flags, a pool that omits a section)."""
+        return cls.model_fields[name].get_default(call_default_factory=True)
+
     def wire(self) -> dict[str, Any]:
         """The object as it goes on the wire: camelCase, without unset optionals."""
         return self.model_dump(by_alias=True, exclude_none=True, mode="json")

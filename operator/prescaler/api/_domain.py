@@ -269,7 +269,7 @@ def _forecast_setting(spec: InferencePoolSpec, name: str) -> Any:
     :class:`ForecastSpec`, which cannot be built without its Prometheus."""
     if spec.forecast is not None:
         return getattr(spec.forecast, name)
-    return ForecastSpec.model_fields[name].get_default(call_default_factory=True)
+    return ForecastSpec.default_of(name)
 
 
 def degradation_policy(spec: InferencePoolSpec) -> DegradationPolicy:

@@ -7,13 +7,8 @@ import argparse
 from dataclasses import dataclass
 from typing import Any
 
-from prescaler.api import ForecastSpec, InferencePoolSpec
+from prescaler.api import InferencePoolSpec
 from prescaler.cli._common import CliError
-
-
-def _default(name: str, model: type[Any] = ForecastSpec) -> Any:
-    """A field's default in the spec model (the one place it lives)."""
-    return model.model_fields[name].get_default(call_default_factory=True)
 
 
 @dataclass(frozen=True)

@@ -106,6 +106,7 @@ from typing import Any
 
 from prescaler.api import (
     ColdStartSpec,
+    ForecastSpec,
     InferencePoolSpec,
     ObjectiveSpec,
     ScaleDownSpec,
@@ -121,7 +122,6 @@ from prescaler.backtest._run import (
 )
 from prescaler.cli._backtest_spec import (
     Prepared,
-    _default,
     _parse_span,
     _with_standby,
     key_values,
@@ -283,16 +283,20 @@ def register(subparsers: Any) -> None:
         default=["reactive", "predictive", "oracle"],
         help=f"comma-separated, in timeline order: {', '.join(POLICIES)}",
     )
-    pol.add_argument("--forecast-model", help=f"spec.forecast.model (default {_default('model')})")
+    pol.add_argument(
+        "--forecast-model", help=f"spec.forecast.model (default {ForecastSpec.default_of('model')})"
+    )
     pol.add_argument(
         "--quantile",
         type=_quantile,
-        help=f"spec.forecast.quantile: forecast upper quantile (default {_default('quantile')})",
+        help="spec.forecast.quantile: forecast upper quantile "
+        f"(default {ForecastSpec.default_of('quantile')})",
     )
     pol.add_argument(
         "--refit-minutes",
         type=positive_float,
-        help=f"spec.forecast.refitSeconds / 60 (default {_default('refit_seconds') / 60:g})",
+        help="spec.forecast.refitSeconds / 60 "
+        f"(default {ForecastSpec.default_of('refit_seconds') / 60:g})",
     )
     pol.add_argument(
         "--forecast-step-seconds",
@@ -310,7 +314,7 @@ def register(subparsers: Any) -> None:
     pol.add_argument(
         "--lead-margin-seconds",
         type=non_negative_int,
-        help=f"spec.coldStart.marginSeconds (default {_default('margin_seconds', ColdStartSpec)})",
+        help=f"spec.coldStart.marginSeconds (default {ColdStartSpec.default_of('margin_seconds')})",
     )
     pol.add_argument(
         "--served-fraction",
@@ -322,55 +326,55 @@ def register(subparsers: Any) -> None:
         "--relative-to-hpa",
         type=_share,
         help="spec.objective.relativeToHpa: the share of what a reactive HPA would leave "
-        f"waiting that the plan may leave (default {_default('relative_to_hpa', ObjectiveSpec)})",
+        f"waiting that the plan may leave (default {ObjectiveSpec.default_of('relative_to_hpa')})",
     )
     pol.add_argument(
         "--relative-floor",
         type=non_negative_float,
         help="spec.objective.relativeFloor: the relative objective's least target share of "
-        f"demand left waiting (default {_default('relative_floor', ObjectiveSpec)})",
+        f"demand left waiting (default {ObjectiveSpec.default_of('relative_floor')})",
     )
     pol.add_argument(
         "--budget-to-hpa",
         type=non_negative_float,
         help="spec.objective.budgetToHpa: while the plan costs less than this share of "
         "a reactive HPA, it tightens its relative target (default "
-        f"{_default('budget_to_hpa', ObjectiveSpec)}; 0: off)",
+        f"{ObjectiveSpec.default_of('budget_to_hpa')}; 0: off)",
     )
     pol.add_argument(
         "--adapt-rate",
         type=non_negative_float,
         help="spec.objective.adaptRate: how far one lookahead moves the quantile level "
-        f"(default {_default('adapt_rate', ObjectiveSpec)})",
+        f"(default {ObjectiveSpec.default_of('adapt_rate')})",
     )
     pol.add_argument(
         "--observed-headroom",
         type=_at_least_one,
         help="spec.forecast.observedHeadroom: nowcast guard, plan at least the observed "
-        f"demand times this (default {_default('observed_headroom')})",
+        f"demand times this (default {ForecastSpec.default_of('observed_headroom')})",
     )
     pol.add_argument(
         "--observed-trend-seconds",
         type=non_negative_int,
         help="spec.forecast.observedTrendSeconds: while the observed demand rises, plan for "
         "it as far up its rise as it climbs in this many seconds "
-        f"(default {_default('observed_trend_seconds')})",
+        f"(default {ForecastSpec.default_of('observed_trend_seconds')})",
     )
     pol.add_argument(
         "--scale-down-stabilization-seconds",
         type=non_negative_int,
         help="spec.scaleDown.stabilizationSeconds "
-        f"(default {_default('stabilization_seconds', ScaleDownSpec)})",
+        f"(default {ScaleDownSpec.default_of('stabilization_seconds')})",
     )
     pol.add_argument(
         "--scale-down-mode",
         choices=("forecast", "paced"),
-        help=f"spec.scaleDown.mode (default {_default('mode', ScaleDownSpec)})",
+        help=f"spec.scaleDown.mode (default {ScaleDownSpec.default_of('mode')})",
     )
     pol.add_argument(
         "--scale-down-max-percent",
         type=positive_int,
-        help=f"spec.scaleDown.maxPercent (default {_default('max_percent', ScaleDownSpec)})",
+        help=f"spec.scaleDown.maxPercent (default {ScaleDownSpec.default_of('max_percent')})",
     )
     pol.add_argument(
         "--scale-down-requires-observation",
@@ -582,7 +586,7 @@ def prepare(args: argparse.Namespace) -> Prepared:
         prompt_tokens=demand.prompt_tokens,
         output_tokens=demand.output_tokens,
         context_tokens=context,
-        default_headroom=_default("headroom"),
+        default_headroom=ForecastSpec.default_of("headroom"),
         tokens_per_second=tokens_per_second,
     )
     replica_tps = capacity.replica_tokens_per_second
@@ -593,7 +597,9 @@ def prepare(args: argparse.Namespace) -> Prepared:
     if args.scale_to_peak_replicas is not None:
         scale = peak_factor(peak, args.scale_to_peak_replicas, replica_tps)
         demand = demand.scaled(scale)
-    min_replicas = args.min_replicas if args.min_replicas is not None else 1
+    min_replicas = args.min_replicas
+    if min_replicas is None:
+        min_replicas = int(InferencePoolSpec.default_of("min_replicas"))
     max_replicas = args.max_replicas
     if max_replicas is None:
         max_replicas = 2 * peak_need(demand, replica_tps)

@@ -28,8 +28,7 @@ from prescaler_forecast import MODEL_NAMES
 
 _MODELS = ", ".join(("auto", *MODEL_NAMES))
 _SPEC_DEFAULTS = {
-    name: ForecastSpec.model_fields[name].get_default(call_default_factory=True)
-    for name in ("model", "quantile", "seasonality_periods")
+    name: ForecastSpec.default_of(name) for name in ("model", "quantile", "seasonality_periods")
 }
 
 
