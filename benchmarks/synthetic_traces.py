@@ -21,8 +21,8 @@ Run ``.venv/bin/python benchmarks/synthetic_traces.py OUT_DIR`` to write both fi
 
 from __future__ import annotations
 
+import argparse
 import math
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -125,5 +125,9 @@ def write(out: Path) -> dict[str, Path]:
 
 
 if __name__ == "__main__":
-    for name, path in write(Path(sys.argv[1] if len(sys.argv) > 1 else "out/traces")).items():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument(
+        "out_dir", nargs="?", type=Path, default=Path("out/traces"), help="default out/traces"
+    )
+    for name, path in write(parser.parse_args().out_dir).items():
         print(f"{name}: {path}")
