@@ -885,8 +885,8 @@ def main() -> int:
 if __name__ == "__main__":
     try:
         code = main()
-    except SystemExit as exit_:  # argparse's --help and usage errors
-        code = 0 if exit_.code is None else exit_.code if isinstance(exit_.code, int) else 1
+    except SystemExit as exit_:  # argparse's --help (0) and usage errors (2)
+        code = exit_.code if isinstance(exit_.code, int) else 1
     except BaseException:
         traceback.print_exc()
         code = 1

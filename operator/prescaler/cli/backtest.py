@@ -249,7 +249,8 @@ def register(subparsers: Any) -> None:
     fleet.add_argument(
         "--min-replicas",
         type=positive_int,
-        help="default 1 (with --prometheus: the pool's spec.minReplicas)",
+        help=f"default {InferencePoolSpec.default_of('min_replicas')} (with --prometheus: "
+        "the pool's spec.minReplicas)",
     )
     fleet.add_argument(
         "--max-replicas",
