@@ -328,6 +328,8 @@ BAD_SPECS: list[tuple[str, str | None, dict[str, Any], str]] = [
     ("cron-four-fields", None, _cron("* * * *"), "cron must be five fields"),
     ("cron-six-fields", None, _cron("0 9 * * 1 2030"), "cron must be five fields"),
     ("cron-garbage", None, _cron("every monday"), "cron must be five fields"),
+    ("cron-every-minute", None, _cron("* * * * *"), "cron must name one minute"),
+    ("cron-every-quarter", None, _cron("*/15 8-18 * * *"), "cron must name one minute"),
     ("long-pool-name", "p" * 64, {}, "metadata.name must be at most 63"),
     ("long-target-name", None, {"target": {"name": "t" * 254}}, "spec.target.name"),
     ("long-window-name", None, _window(name="w" * 64, cron="0 * * * *", durationSeconds=60),
@@ -437,7 +439,7 @@ def test_api_server_accepts_the_edges_of_what_it_rejects(
              "timeZone": "America/Argentina/Buenos_Aires", "minReplicas": 1},
             {"name": "b", "start": "2030-01-02T10:00:00+02:00", "end": "2030-01-02T08:00:01Z",
              "minReplicas": 1},
-            {"name": "c", "cron": "*/15 8-18 L,1 JAN-MAR mon-fri", "durationSeconds": 60,
+            {"name": "c", "cron": "15 8-18 L,1 JAN-MAR mon-fri", "durationSeconds": 60,
              "timeZone": "Etc/GMT+5", "minReplicas": 1},
             {"name": "d", "cron": "@hourly", "durationSeconds": 60, "minReplicas": 1},
             # Written in different forms: left to the operator (which reports Invalid).

@@ -198,8 +198,8 @@ def test_a_role_hands_the_planner_its_queue_as_requests_of_its_own_tokens() -> N
 def test_schedule_only_sizes_a_window_on_the_roles_tokens() -> None:
     capacity = role_capacity("prefill", TokenProfile(1000.0, 100.0), tokens_per_second=1000)
     window = ScheduledWindow(
-        name="launch", lead_seconds=0, expected_requests_per_second=10, cron="* * * * *",
-        duration_seconds=60,
+        name="launch", lead_seconds=0, expected_requests_per_second=10, cron="0 * * * *",
+        duration_seconds=3600,
     )  # fmt: skip
     policy = ScheduleOnlyPolicy([window], capacity, min_replicas=1, max_replicas=100)
     obs = Observation(START + 30, 2, 1, 1, 0.0, pd.Series(dtype=float))

@@ -120,11 +120,16 @@ def test_a_cron_occurrence_after_the_first_build_is_in_a_later_forecast() -> Non
 def test_the_newest_occurrences_are_kept_when_a_window_has_too_many() -> None:
     """Past MAX_EVENTS occurrences, the oldest of the most frequent window are dropped,
     never the coming ones."""
-    window = ScheduledWindow("every-five", cron="*/5 * * * *", duration_seconds=60, min_replicas=1)
-    since, until = MIDNIGHT - 2 * 24 * HOUR, MIDNIGHT + HOUR
+    window = ScheduledWindow("hourly", cron="0 * * * *", duration_seconds=60, min_replicas=1)
+    since, until = MIDNIGHT - 10 * 24 * HOUR, MIDNIGHT + HOUR
     events = event_windows([window, BATCH], since, until)
     assert len(events) == MAX_EVENTS
-    assert max(e.start for e in events if e.name == "every_five") > MIDNIGHT + 50 * 60
+    hourly = [e.start for e in events if e.name == "hourly"]
+    # The newest ones, up to the coming hour's (pre-warmed 10 minutes ahead of `until`).
+    listed = [o.start for o in window.occurrences(since, until)]
+    assert len(listed) > len(hourly)
+    assert hourly == listed[len(listed) - len(hourly) :]
+    assert max(hourly) == MIDNIGHT + HOUR
     # A rarer window keeps all its occurrences: the frequent one does not crowd it out.
     batches = [e.start for e in events if e.name == "nightly_batch"]
     assert batches == [o.start for o in BATCH.occurrences(since, until)]

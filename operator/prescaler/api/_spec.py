@@ -49,6 +49,9 @@ def _cron_pattern() -> str:
 
 
 CRON_PATTERN = _cron_pattern()
+HOURLY_AT_MOST_PATTERN = r"^(@|[0-5]?[0-9][ \t])"
+"""A macro, or a first (minute) field of one number: the window fires at most once an hour
+(:data:`prescaler.planning.MIN_RECURRENCE_SECONDS` says why)."""
 TIME_ZONE_PATTERN = r"^[A-Za-z][A-Za-z0-9_+-]*(/[A-Za-z0-9_+-]+)*$"
 """The shape of an IANA zone name (whether it exists is checked by the operator)."""
 _NAIVE = r"^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}$"
@@ -352,6 +355,12 @@ class WindowSpec(WireModel):
                 f"!has(self.cron) || self.cron.matches(r'{CRON_PATTERN}')",
                 "cron must be five fields (minute hour day-of-month month day-of-week), "
                 "each within its range, or a macro such as @hourly",
+                ".cron",
+            ),
+            cel(
+                f"!has(self.cron) || self.cron.matches(r'{HOURLY_AT_MOST_PATTERN}')",
+                "cron must name one minute (a window recurs at most hourly; the forecast "
+                "follows faster patterns)",
                 ".cron",
             ),
             cel(

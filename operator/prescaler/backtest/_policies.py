@@ -372,7 +372,8 @@ class ScheduleOnlyPolicy:
     def decide(self, obs: Observation) -> int:
         want = self.min_replicas
         for window in self.windows:
-            for occ in window.occurrences(obs.now - 1.0, obs.now + window.lead_seconds + 1.0):
+            # The first occurrence not yet over pre-warms first: it tells alone.
+            for occ in window.occurrences(obs.now, obs.now + window.lead_seconds + 1.0, limit=1):
                 if occ.prewarm_at <= obs.now < occ.end:
                     if occ.min_replicas is not None:
                         want = max(want, occ.min_replicas)

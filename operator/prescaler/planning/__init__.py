@@ -48,7 +48,12 @@ from prescaler.planning._risk import (
     risk_sizing,
     sized_demand,
 )
-from prescaler.planning._windows import Occurrence, ScheduledWindow, event_windows
+from prescaler.planning._windows import (
+    MIN_RECURRENCE_SECONDS,
+    Occurrence,
+    ScheduledWindow,
+    event_windows,
+)
 
 __all__ = [
     "BUDGET_MEMORY_SECONDS",
@@ -56,6 +61,7 @@ __all__ = [
     "LEVELS",
     "LEVEL_BUCKETS",
     "LOG_BINS",
+    "MIN_RECURRENCE_SECONDS",
     "MIN_RELATIVE_SCALE",
     "PEAK_CEILING",
     "Action",

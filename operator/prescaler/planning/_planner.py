@@ -582,10 +582,12 @@ def plan(inputs: PlanInputs) -> ScalePlan:
     demand_target = min(max((c[0] for c in candidates), default=0), policy.max_replicas)
 
     # A window pre-warms `lead` ahead, but never later than one cold start plus margin ahead.
+    # A window's occurrences all ask the same, and the first to come starts (and pre-warms)
+    # first: it alone tells whether the window is on, however often the window fires.
     occurrences = [
         o
         for w in inputs.windows
-        for o in w.occurrences(now, horizon_end)
+        for o in w.occurrences(now, horizon_end, limit=1)
         if min(o.prewarm_at, o.start - lookahead) <= now
     ]
     window_floor, window_names = _window_requirement(occurrences, capacity)
@@ -675,7 +677,7 @@ def plan(inputs: PlanInputs) -> ScalePlan:
         # window's pre-warm finds warm nodes instead of starting cold.
         whole_peak = capacity.required(max(p.upper for p in points)).replicas if points else 0
         until = max(points[-1].t if points else now, now + 2 * lookahead)
-        upcoming = [o for w in inputs.windows for o in w.occurrences(now, until)]
+        upcoming = [o for w in inputs.windows for o in w.occurrences(now, until, limit=1)]
         whole_peak = max(whole_peak, _window_requirement(upcoming, capacity)[0])
         room = max(0, policy.max_replicas - desired)
         standby = min(max(0, whole_peak - desired), policy.standby_max_replicas, room)

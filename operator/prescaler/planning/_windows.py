@@ -8,10 +8,11 @@ requested ``lead`` before the window starts, so it is ready when the window open
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from itertools import takewhile
+from itertools import islice, takewhile
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from croniter import CroniterError, croniter
@@ -19,7 +20,18 @@ from croniter import CroniterError, croniter
 from prescaler_forecast import EventWindow
 
 MAX_EVENTS = 200
-"""Occurrences handed to the forecaster at most (each becomes regressor rows)."""
+"""Occurrences handed to the forecaster at most (each becomes regressor rows). The
+listing stops there: a window that fires often costs no more than one that fires rarely."""
+
+MIN_RECURRENCE_SECONDS = 3600
+"""A recurring window fires at most once an hour: its cron expression names one minute.
+
+A window is a known event the fleet pre-warms for ``lead`` ahead (10 minutes by default)
+and keeps until it ends. Occurrences closer than an hour would keep the pre-warmed
+capacity up between them for good, which is ``minReplicas`` under another name, and
+demand that repeats within the hour is what the forecast's own seasonality and nowcast
+follow. The CRD refuses such an expression at ``kubectl apply``; the operator answers
+one stored before that rule with ``Invalid``."""
 
 
 def _zone(name: str) -> ZoneInfo:
@@ -92,6 +104,13 @@ class ScheduledWindow:
                 ) from None
             if self.duration_seconds is None or self.duration_seconds <= 0:
                 raise ValueError(f"window {self.name!r}: a cron window needs a duration > 0")
+            minutes = croniter(self.cron).expanded[0]  # ['*'] for every minute
+            if len(minutes) != 1 or minutes[0] == "*":
+                raise ValueError(
+                    f"window {self.name!r}: cron expression {self.cron!r} fires more than "
+                    "once an hour; a window recurs at most hourly (name one minute), the "
+                    "forecast follows faster patterns"
+                )
 
     def _aware(self, moment: datetime) -> datetime:
         if moment.tzinfo is None:
@@ -129,9 +148,34 @@ class ScheduledWindow:
         except CroniterError:
             return  # no further date matches (e.g. a year field in the past)
 
-    def occurrences(self, since: float, until: float) -> list[Occurrence]:
-        """Occurrences whose span ``[start - lead, end)`` overlaps ``[since, until]``."""
-        return list(takewhile(lambda o: o.prewarm_at <= until, self._upcoming(since)))
+    def newest_first(self, since: float, until: float) -> Iterator[Occurrence]:
+        """Occurrences overlapping ``[since, until]`` as :meth:`occurrences` lists them, the
+        newest first (a cron window walks back from ``until``: nothing is listed twice)."""
+        if self.start is not None:
+            yield from self.occurrences(since, until)
+            return
+        assert self.cron is not None
+        assert self.duration_seconds is not None
+        zone = _zone(self.timezone)
+        duration = timedelta(seconds=self.duration_seconds)
+        # The latest start whose pre-warm begins by `until` (cron fires on whole minutes).
+        last = datetime.fromtimestamp(math.floor(until + self.lead_seconds) + 1, zone)
+        try:
+            for start in croniter(self.cron, last, ret_type=datetime, is_prev=True):
+                occurrence = self._occurrence(start, start + duration)
+                if occurrence.end <= since:
+                    return  # earlier ones end earlier still
+                yield occurrence
+        except CroniterError:
+            return
+
+    def occurrences(
+        self, since: float, until: float, limit: int | None = None
+    ) -> list[Occurrence]:
+        """Occurrences whose span ``[start - lead, end)`` overlaps ``[since, until]``, in
+        start order; the first ``limit`` only (listing stops there)."""
+        found = takewhile(lambda o: o.prewarm_at <= until, self._upcoming(since))
+        return list(islice(found, limit))
 
     def next_occurrence(self, now: float) -> Occurrence | None:
         """The occurrence in progress at ``now``, or the next one to come."""
@@ -146,18 +190,20 @@ def event_windows(
 
     At most :data:`MAX_EVENTS`, in start order. Beyond that, the windows share the budget
     (a rare window keeps all its occurrences) and each keeps its newest: the coming
-    occurrences are the ones a forecast needs.
+    occurrences are the ones a forecast needs. The windows are walked back from ``until``
+    one occurrence each in turn, so no more than the budget (plus one per window) is ever
+    listed, however often a window fires and however long the range.
     """
-    found = [window.occurrences(since, until) for window in windows]
-    keep = [0] * len(found)
-    left = MAX_EVENTS
-    by_count = sorted(range(len(found)), key=lambda i: len(found[i]))
-    for rank, i in enumerate(by_count):
-        keep[i] = min(len(found[i]), left // (len(found) - rank))
-        left -= keep[i]
-    events = [
-        EventWindow(start=o.start, end=o.end, name=window.name.replace("-", "_"))
-        for window, occurrences, kept in zip(windows, found, keep, strict=True)
-        for o in occurrences[len(occurrences) - kept :]
-    ]
+    walks = [(w.name.replace("-", "_"), w.newest_first(since, until)) for w in windows]
+    events: list[EventWindow] = []
+    while walks and len(events) < MAX_EVENTS:
+        going = []
+        for name, walk in walks:
+            if len(events) == MAX_EVENTS:
+                break
+            occurrence = next(walk, None)
+            if occurrence is not None:
+                events.append(EventWindow(start=occurrence.start, end=occurrence.end, name=name))
+                going.append((name, walk))
+        walks = going
     return sorted(events, key=lambda e: (e.start, e.name))
