@@ -37,6 +37,10 @@ SCALER_OUTCOMES = (
 _SECONDS = (0.01, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 120)
 
 
+FIT_FAILURES = ("died", "memory", "error")
+"""Why a fit-queue job failed, the ``reason`` of ``prescaler_forecast_fit_failures_total``."""
+
+
 @dataclass
 class Metrics:
     """Per-pool gauges plus loop timings. Create one per operator run."""
@@ -182,6 +186,17 @@ class Metrics:
             ("series", "model"),
             registry=r,
         )
+        self.fit_failures = Counter(
+            "prescaler_forecast_fit_failures_total",
+            "Selections and fits that failed in their fit process (the pool keeps its last"
+            " good forecast, reason FitFailed, and the step is retried), by why: the process"
+            " died under it (killed, or out of the node's memory; it is replaced), the fit"
+            " ran past the fit processes' memory limit, or another error",
+            ("reason",),
+            registry=r,
+        )
+        for reason in FIT_FAILURES:
+            self.fit_failures.labels(reason)
         self._fit_steps: dict[str, set[str]] = {}
         self.forecast_stale = Gauge(
             "prescaler_forecast_stale",

@@ -105,8 +105,27 @@ class ReconcileSettings:
     (condition ForecastHealthy reason Stale, metric ``prescaler_forecast_stale``)."""
     fit_worker_nice: int = 10
     """Niceness of the fit processes, so fits yield the CPU to reconciles (0: unchanged)."""
+    fit_memory_mib: int = 1024
+    """Address space each fit process (and the Stan optimizer it starts) may use, MiB
+    (``RLIMIT_AS``; 0: unbounded). A fit or replay that needs more fails alone, with
+    ``MemoryError``, instead of taking the operator's container: its pools keep their last
+    good forecast (condition ForecastHealthy reason FitFailed) and it is retried. A Prophet
+    fit on 90 days of minutes, and a replay of 14 days of history, address about 250 MiB;
+    keep ``forecast_workers`` times this under the container's memory limit less the
+    operator's own (about 0.5 GiB)."""
     prometheus_timeout_seconds: float = 10.0
-    """Timeout of one Prometheus query."""
+    """Deadline of one Prometheus read (a pool's instant queries together, or one range
+    query of its history): the whole answer, however slowly its bytes come, not each
+    socket read. Past it the read is ``MetricsUnavailable`` and its connection is shut."""
+    prometheus_max_response_bytes: int = 16 * 1024 * 1024
+    """The largest Prometheus answer read: a longer one is ``MetricsUnavailable``, read no
+    further. A range query's 10,000 points are about 250 KB per series, so 16 MiB holds
+    some 60 series of it, or an instant query over some 100,000 pods."""
+    placeholder_priority_classes: tuple[str, ...] = ("prescaler-placeholder",)
+    """The PriorityClasses a pool's standby placeholders may have
+    (``spec.standby.placeholders.priorityClassName``); a pool naming another gets no
+    placeholders (condition StandbyAllowed). Empty: no pool gets placeholders. A class is
+    refused also when its value is not below the priority of the target's own pods."""
     rate_window: str = "2m"
     """Range of ``rate()`` in the engine profiles' queries."""
     kubeconfig: str | None = None
@@ -188,8 +207,14 @@ class OperatorSettings:
         ):
             if not timeout > 0:
                 raise ValueError(f"{label} must be > 0 seconds")
+        if not self.reconcile.prometheus_timeout_seconds > 0:
+            raise ValueError("prometheus timeout must be > 0 seconds")
+        if self.reconcile.prometheus_max_response_bytes < 1024:
+            raise ValueError("prometheus max response bytes must be >= 1024")
         if self.reconcile.fit_queue_limit < 1:
             raise ValueError("fit queue limit must be >= 1")
+        if self.reconcile.fit_memory_mib < 0:
+            raise ValueError("reconcile.fit_memory_mib must be >= 0 (0: unbounded)")
         if not 0 <= self.reconcile.fit_worker_nice <= 19:
             raise ValueError("fit worker nice must be in 0..19")
         leader = self.leader

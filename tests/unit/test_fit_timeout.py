@@ -47,11 +47,13 @@ class Stalling(ProphetForecaster):
     release = threading.Event()
     """Ends a hang in a thread (a process is killed instead)."""
 
-    def __init__(self, hang: bool = False) -> None:
+    def __init__(self, hang: bool = False, die: bool = False) -> None:
         super().__init__(lookback_seconds=2 * DAY)
-        self.hang = hang
+        self.hang, self.die = hang, die
 
     def _fit(self) -> None:
+        if self.die:  # as the kernel's OOM killer ends a process: no exception, no cleanup
+            os._exit(137)
         while self.hang and not self.release.wait(60):
             pass
         super()._fit()
@@ -85,7 +87,8 @@ STUCK, OTHER = spec(1800), spec(2400)
 def stalling_service(hang: dict[str, bool]) -> Callable[..., ForecastService]:
     def make(s: ForecastSpec, events: Sequence[EventWindow] | EventSource) -> ForecastService:
         def model() -> Stalling:
-            return Stalling(hang=hang["on"] and s.horizon_seconds == STUCK.horizon_seconds)
+            stuck = s.horizon_seconds == STUCK.horizon_seconds
+            return Stalling(hang=hang["on"] and stuck, die=hang.get("die", False) and stuck)
 
         return ForecastService(
             model=s.model,
@@ -307,5 +310,89 @@ def test_a_hung_slot_is_killed_with_the_processes_it_started_and_replaced(
         assert fresh is not slot
         assert fresh.submit(os.getpid).result(timeout=DEADLINE) > 0  # the new slot works
         processes.give(fresh)
+    finally:
+        processes.shutdown()
+
+
+def test_a_fit_process_that_dies_costs_its_job_alone_and_later_fits_run() -> None:
+    """A fit process ended under its job (as the OOM killer ends one) is replaced when its
+    job gives it back: the series keeps its last good forecast and says why, the next job
+    (another series' first fit) runs in the new process, and the retry succeeds. Before:
+    the broken executor went back on the free list and every later job on it failed with
+    ``BrokenProcessPool`` until a restart."""
+    processes = FitProcesses(1)
+
+    async def scenario(pools: Pools, hang: dict[str, bool]) -> None:
+        good = await fitted_first(pools, "stuck", STUCK, NOW)
+        assert (good.reason, good.healthy) == ("Fresh", True), good
+        later = NOW + REFIT
+        hang["die"] = True
+        current = await pools.get("stuck", STUCK, later)
+        last_good = current.forecast
+        assert last_good is not None
+        await until("the fit to fail", lambda: pools.series("stuck").fit_failed is not None)
+        hang["die"] = False
+        failed = await pools.get("stuck", STUCK, later + 1)
+        assert (failed.healthy, failed.reason) == (False, "FitFailed"), failed
+        assert "fit process died" in failed.message
+        assert failed.forecast is last_good
+        assert (processes.replaced, processes.died) == (1, 1)
+        registry = pools.hub.metrics.registry
+        died = {"reason": "died"}
+        assert registry.get_sample_value("prescaler_forecast_fit_failures_total", died) == 1
+        # The next job, another series' first fit, runs in the replacement process.
+        await pools.get("other", OTHER, later + 1)
+        await until(
+            "the other series' fit", lambda: pools.idle() and pools.fitted_at("other") is not None
+        )
+        assert (await pools.get("other", OTHER, later + 2)).reason == "Fresh"
+        # The failed series is retried later, and that fit succeeds.
+        retry = later + REFIT
+        await pools.get("stuck", STUCK, retry)
+        await until(
+            "the retried fit", lambda: pools.idle() and (pools.fitted_at("stuck") or 0) > later
+        )
+        recovered = await pools.get("stuck", STUCK, retry + 1)
+        assert (recovered.reason, recovered.healthy) == ("Fresh", True), recovered
+        assert processes.replaced == 1
+
+    run(scenario, processes)
+
+
+def _allocate(mib: int) -> int:
+    """In a fit process: hold ``mib`` MiB at once, as an oversized fit would."""
+    return len(bytearray(mib * 2**20))
+
+
+def test_a_slot_whose_process_died_is_replaced_whoever_gives_it_back() -> None:
+    processes = FitProcesses(1)
+    try:
+        slot = processes.take()
+        with pytest.raises(BrokenProcessPool):
+            slot.submit(os._exit, 137).result(timeout=DEADLINE)
+        processes.give(slot)  # not hung: it died
+        assert (processes.replaced, processes.died) == (1, 1)
+        fresh = processes.take()
+        assert fresh is not slot
+        assert fresh.submit(os.getpid).result(timeout=DEADLINE) > 0
+        processes.give(fresh)
+        assert processes.replaced == 1  # a healthy slot goes back as it is
+    finally:
+        processes.shutdown()
+
+
+def test_a_fit_past_the_memory_limit_fails_alone_and_its_process_lives_on() -> None:
+    processes = FitProcesses(1, memory_mib=512)
+    try:
+        slot = processes.take()
+        assert slot.submit(_allocate, 16).result(timeout=DEADLINE) == 16 * 2**20
+        with pytest.raises(MemoryError):
+            slot.submit(_allocate, 1024).result(timeout=DEADLINE)
+        pid = slot.submit(os.getpid).result(timeout=DEADLINE)
+        processes.give(slot)
+        assert processes.replaced == 0  # the process survived its job's failure
+        again = processes.take()
+        assert again.submit(os.getpid).result(timeout=DEADLINE) == pid
+        processes.give(again)
     finally:
         processes.shutdown()

@@ -27,6 +27,7 @@ import math
 import time
 from collections.abc import Callable
 from concurrent.futures import Executor
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field, replace
 from typing import Final
 
@@ -50,7 +51,7 @@ from prescaler.backtest import (
     replay_span,
 )
 from prescaler.capacity import CapacityModel
-from prescaler.controller.fits import FitProcesses
+from prescaler.controller.fits import FitProcesses, fit_failure
 from prescaler.controller.status import (
     ConditionUpdate,
     against_hpa_summary,
@@ -245,32 +246,35 @@ class HistoryCalibrator:
     ) -> HistoryCalibration:
         loop = asyncio.get_running_loop()
         slot = self.fit_processes.take() if self.fit_processes is not None else None
-        call = loop.run_in_executor(
-            slot or self.executor,
-            _calibrate_call,
-            spec,
-            demand,
-            capacity,
-            config,
-            options,
-        )
-        hung = True
+        call: asyncio.Future[HistoryCalibration] | None = None
         try:
-            result = await asyncio.wait_for(asyncio.shield(call), self.timeout_seconds)
-            hung = False
-            return result
+            # Inside the try: a slot that refuses the job (its process died) is given back.
+            call = loop.run_in_executor(
+                slot or self.executor,
+                _calibrate_call,
+                spec,
+                demand,
+                capacity,
+                config,
+                options,
+            )
+            return await asyncio.wait_for(asyncio.shield(call), self.timeout_seconds)
         except TimeoutError:
             raise _Problem(
                 "ReplayTimeout",
                 f"the replay of the history did not finish within {self.timeout_seconds:g} s",
             ) from None
         except ValueError as exc:
-            hung = False
             raise _Problem("ReplayFailed", f"the history cannot be replayed: {exc}") from None
+        except (BrokenProcessPool, MemoryError) as exc:
+            memory = self.fit_processes.memory_mib if self.fit_processes is not None else 0
+            _, why = fit_failure(exc, memory)
+            raise _Problem("ReplayFailed", f"the replay of the history failed: {why}") from None
         finally:
+            hung = call is not None and not call.done()
             if slot is not None and self.fit_processes is not None:
-                self.fit_processes.give(slot, hung=hung and not call.done())
-            if hung and not call.done():
+                self.fit_processes.give(slot, hung=hung)
+            if call is not None and hung:
                 call.cancel()
 
 

@@ -26,10 +26,12 @@ import itertools
 import logging
 import multiprocessing
 import os
+import resource
 import signal
 import time
 from collections.abc import Awaitable, Callable, Hashable
 from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Generic, TypeVar
@@ -214,37 +216,64 @@ class FitScheduler(Generic[K]):
                 self._wake.set()
 
 
+ONE_THREAD = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
+"""A fit process runs one job at a time: its numeric libraries get one thread each (the
+parallelism is the number of processes), which also keeps their address space, and so the
+memory limit, independent of the node's core count."""
+
+
+def start_fit_process(nice: int, memory_bytes: int) -> None:
+    """In a new fit process, before its first job: lower its priority and bound its
+    address space (``RLIMIT_AS``, inherited by the processes it starts, Stan's among them),
+    so an oversized fit fails alone with ``MemoryError`` instead of taking the container."""
+    os.nice(nice)
+    if memory_bytes > 0:
+        resource.setrlimit(resource.RLIMIT_AS, (memory_bytes, memory_bytes))
+
+
 class FitProcesses:
     """The fit processes: ``workers`` slots, each a one-process executor of its own.
 
     A fit job takes a slot for as long as it runs (:meth:`take`) and gives it back
     (:meth:`give`). A job that ran past its timeout gives it back ``hung``: the slot's
     process is killed together with the processes it started (Prophet's Stan optimizer
-    runs in one), and a fresh executor takes the slot. So a fit that never returns holds
-    its worker only until its timeout, the jobs queued behind it run on, and the other
-    slots are not disturbed (one shared pool would break as a whole when one of its
-    processes is killed).
+    runs in one), and a fresh executor takes the slot. A slot whose process died under its
+    job (killed, or ended by the kernel's OOM killer) is broken for good: it is replaced
+    the same way when it is given back, whoever gives it. So a fit that never returns holds
+    its worker only until its timeout, one that dies costs only its own job, the jobs
+    queued behind either run on, and the other slots are not disturbed (one shared pool
+    would break as a whole when one of its processes dies).
 
     Processes start with a slot's first fit (``spawn``: forking a process that runs
     threads is unsafe), at niceness ``nice``: fits are background work and must not slow
-    the reconciles down.
+    the reconciles down. ``memory_mib`` bounds each process's address space (0: no bound).
     """
 
-    def __init__(self, workers: int, *, nice: int = 0) -> None:
+    def __init__(self, workers: int, *, nice: int = 0, memory_mib: int = 0) -> None:
         if workers < 1:
             raise ValueError("the fit processes need at least one worker")
+        if memory_mib < 0:
+            raise ValueError("the fit processes' memory limit must be >= 0")
         self.workers = workers
         self.nice = nice
+        self.memory_mib = memory_mib
         self.replaced = 0
-        """Slots whose process was killed and replaced (hung fits)."""
+        """Slots whose process was killed (hung fits) or died, and replaced."""
+        self.died = 0
+        """Of those, slots whose process died under its job."""
         self._context = multiprocessing.get_context("spawn")
+        for name in ONE_THREAD:  # read by the spawned processes as they start
+            os.environ.setdefault(name, "1")
         self._free: list[ProcessPoolExecutor] = [self._new() for _ in range(workers)]
         self._taken: set[ProcessPoolExecutor] = set()
         self._closed = False
 
     def _new(self) -> ProcessPoolExecutor:
         return ProcessPoolExecutor(
-            max_workers=1, mp_context=self._context, initializer=os.nice, initargs=(self.nice,)
+            max_workers=1,
+            mp_context=self._context,
+            initializer=start_fit_process,
+            initargs=(self.nice, self.memory_mib * 2**20),
         )
 
     def take(self) -> ProcessPoolExecutor:
@@ -256,11 +285,16 @@ class FitProcesses:
         return executor
 
     def give(self, executor: ProcessPoolExecutor, *, hung: bool = False) -> None:
-        """Give a slot back after its job; ``hung``: kill its processes and replace it."""
+        """Give a slot back after its job; ``hung``: kill its processes and replace it. A
+        slot whose process died is replaced too (its executor refuses every later job)."""
         self._taken.discard(executor)
-        if hung:
+        died = not hung and is_broken(executor)
+        if hung or died:
             kill_processes(executor)
             self.replaced += 1
+            self.died += died
+            if died:
+                log.warning("a fit process died under its job; its slot has a new process")
             if self._closed:
                 return
             executor = self._new()
@@ -276,6 +310,25 @@ class FitProcesses:
             executor.shutdown(wait=False, cancel_futures=True)
         self._free.clear()
         self._taken.clear()
+
+
+def fit_failure(exc: BaseException, memory_mib: int) -> tuple[str, str]:
+    """Why a job failed in its fit process, as the ``reason`` of the failure counter and a
+    sentence for the pool's condition."""
+    if isinstance(exc, BrokenProcessPool):
+        return "died", (
+            "its fit process died (killed, or out of the node's memory) and was replaced"
+        )
+    if isinstance(exc, MemoryError):
+        limit = f" ({memory_mib} MiB)" if memory_mib > 0 else ""
+        return "memory", f"it needed more memory than a fit process may use{limit}"
+    return "error", f"{type(exc).__name__}: {exc}"
+
+
+def is_broken(executor: ProcessPoolExecutor) -> bool:
+    """Whether a process of the executor died: it then fails every job given to it with
+    ``BrokenProcessPool`` (the stdlib's own flag; it has no public one)."""
+    return bool(getattr(executor, "_broken", False))
 
 
 def kill_processes(executor: ProcessPoolExecutor) -> None:

@@ -57,7 +57,7 @@ from dataclasses import dataclass, field
 import pandas as pd
 
 from prescaler.api import ForecastSpec, SelectionStatus, forecast_service
-from prescaler.controller.fits import FitProcesses, FitScheduler
+from prescaler.controller.fits import FitProcesses, FitScheduler, fit_failure
 from prescaler.controller.model import ForecastResult
 from prescaler.controller.status import selection_from_status, selection_status
 from prescaler.metrics import Metrics
@@ -158,6 +158,9 @@ class _Series:
     fit_timed_out: str | None = None
     """Why the series plans with its last good forecast: a job ran past the fit timeout
     (cleared when a later fit ends)."""
+    fit_failed: str | None = None
+    """Why the series plans with its last good forecast: its last job failed in its fit
+    process (cleared when a later one succeeds)."""
 
 
 @dataclass
@@ -397,10 +400,15 @@ class ForecastHub:
         try:
             fitting.result()
         except Exception as exc:  # a boundary: reported in the status, retried later
-            series.error = f"{type(exc).__name__}: {exc}"[:1000]
+            memory = self.fit_processes.memory_mib if self.fit_processes is not None else 0
+            reason, why = fit_failure(exc, memory)
+            what = "the selection" if step == SELECTION else f"the {step or 'model'} fit"
+            series.fit_failed = f"{what} failed: {why}"[:1000]
             series.retry_at = self.clock() + min(RETRY_SECONDS, series.spec.refit_seconds)
+            self.metrics.fit_failures.labels(reason).inc()
+            log.warning("forecast series %s: %s", series.key.fingerprint, series.fit_failed)
             return
-        series.fit_timed_out = None
+        series.fit_timed_out = series.fit_failed = None
         self._count_fits(service, before, time.perf_counter() - started)
         if service.selection is not selection_before:
             self.metrics.fits.labels("selection").inc()
@@ -473,8 +481,9 @@ class ForecastHub:
         forecast = series.forecast
         selection = selection_status(service.selection, series.key.fingerprint)
         if forecast is None:
-            if series.error is not None:
-                return ForecastResult(None, False, "ForecastFailed", series.error)
+            failed = series.error or series.fit_failed
+            if failed is not None:
+                return ForecastResult(None, False, "ForecastFailed", failed)
             return ForecastResult(None, False, "Pending", "first forecast is being fitted")
         if series.timed_out is not None:
             message = f"{series.timed_out}; planning with the last level"
@@ -498,6 +507,9 @@ class ForecastHub:
 
         if series.error is not None:
             return result(False, "RefreshFailed", series.error)
+        if series.fit_failed is not None:
+            message = f"{series.fit_failed}; planning with {_describe(forecast)}, retried"
+            return result(False, "FitFailed", message[:1000])
         if series.fit_timed_out is not None:
             fitted = f", fitted {age:.0f} s ago" if age is not None else ""
             message = f"{series.fit_timed_out}; planning with {_describe(forecast)}{fitted}"

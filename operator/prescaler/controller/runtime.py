@@ -80,7 +80,9 @@ class Runtime:
         io_pool = ThreadPoolExecutor(max_workers=rs.kube_threads, thread_name_prefix="prom")
         fit_pool = None
         if rs.forecast_workers > 0:
-            fit_pool = FitProcesses(rs.forecast_workers, nice=rs.fit_worker_nice)
+            fit_pool = FitProcesses(
+                rs.forecast_workers, nice=rs.fit_worker_nice, memory_mib=rs.fit_memory_mib
+            )
         hub = ForecastHub(
             metrics=metrics,
             executor=None,  # with fit processes, fits run there; without, in a thread
@@ -106,7 +108,9 @@ class Runtime:
             )
         # A replay is minutes of CPU at most: always in a (niced) process of its own, never
         # in a thread beside the reconciles, also when fits run in threads.
-        calibrations = fit_pool or FitProcesses(1, nice=rs.fit_worker_nice)
+        calibrations = fit_pool or FitProcesses(
+            1, nice=rs.fit_worker_nice, memory_mib=rs.fit_memory_mib
+        )
         calibrator = HistoryCalibrator(
             io_executor=io_pool,
             fit_processes=calibrations,
