@@ -35,6 +35,7 @@ from prescaler.cli._prometheus_backtest import (
     hpa_utilization,
 )
 from prescaler.sources import DemandHistory, secret_credentials
+from prescaler.sources._prometheus import SERVICE_ACCOUNT_TOKEN as SA_TOKEN
 
 SPEC = {
     "target": {"kind": "Deployment", "name": "llm"},
@@ -177,7 +178,7 @@ def test_the_cold_start_is_the_flag_then_the_measured_one_then_the_specs() -> No
 def test_credentials_come_from_one_flag_else_the_pools_secret() -> None:
     raw = {**SPEC, "forecast": {"prometheus": {"url": "http://p", "authSecretRef": {"name": "s"}}}}
     spec = parse_spec(raw)
-    secrets = {"s": {"username": "u", "password": "p:w"}}
+    secrets = {"s": ({"username": "u", "password": "p:w"}, "Opaque")}
     pool = _Pool("ns/llm", {"spec": raw}, [], secrets=secrets.__getitem__)
     assert _credentials(_args(), spec, pool) == ({}, ("u", "p:w"), "Secret s")
     assert _credentials(_args("--token", " t "), spec, pool)[0] == {"Authorization": "Bearer t"}
@@ -191,6 +192,12 @@ def test_credentials_come_from_one_flag_else_the_pools_secret() -> None:
     assert "Secret s" in (offline.notes or [""])[0]
     with pytest.raises(ValueError, match="needs key token"):
         secret_credentials("s", {"user": "x"})
+    robot = _Pool("ns/llm", {"spec": raw}, [], secrets=lambda _: ({"token": "t"}, SA_TOKEN))
+    with pytest.raises(CliError, match="ServiceAccount token"):
+        _credentials(_args(), spec, robot)
+    with pytest.raises(CliError, match="control character") as refused:
+        _credentials(_args("--token", "abc\r\ndef"), spec, pool)
+    assert "abc" not in str(refused.value)
 
 
 # --------------------------------------------------------------------------- the history

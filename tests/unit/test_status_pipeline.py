@@ -12,7 +12,15 @@ from prescaler.controller.forecast import ForecastHub
 from prescaler.controller.model import PoolGone, PoolObject
 from prescaler.controller.reconcile import Reconciler
 from prescaler.controller.status import rfc3339
-from prescaler.kube import Hpa, NotFound, ObjectRef, PodStart, StandbyObservation, Workload
+from prescaler.kube import (
+    Hpa,
+    NotFound,
+    ObjectRef,
+    PodStart,
+    SecretData,
+    StandbyObservation,
+    Workload,
+)
 from prescaler.metrics import Metrics
 
 NOW = 1_750_000_000.0
@@ -28,6 +36,8 @@ class FakeKube:
     calls: list[tuple[Any, ...]] = field(default_factory=list)
     events: list[tuple[str, str, str]] = field(default_factory=list)
     objects: dict[str, dict[str, Any]] = field(default_factory=dict)
+    priority_classes: dict[str, int] = field(default_factory=lambda: {"prescaler-placeholder": -10})
+    secrets: dict[str, SecretData] = field(default_factory=dict)
 
     async def get_workload(self, namespace: str, kind: str, name: str) -> Workload:
         try:
@@ -57,8 +67,11 @@ class FakeKube:
     async def list_pod_starts(self, namespace: str, selector: str) -> list[PodStart]:
         return list(self.pods)
 
-    async def read_secret(self, namespace: str, name: str) -> dict[str, str]:
-        raise NotFound(name, 404)
+    async def read_secret(self, namespace: str, name: str) -> SecretData:
+        try:
+            return self.secrets[name]
+        except KeyError:
+            raise NotFound(name, 404) from None
 
     async def ensure(self, obj: dict[str, Any]) -> StandbyObservation:
         self.objects[obj["metadata"]["name"]] = obj
@@ -70,6 +83,14 @@ class FakeKube:
 
     async def ensure_priority_class(self, obj: dict[str, Any]) -> None:
         self.calls.append(("priorityclass", obj["metadata"]["name"]))
+
+    async def priority_value(self, name: str | None) -> int:
+        if name is None:
+            return 0
+        try:
+            return self.priority_classes[name]
+        except KeyError:
+            raise NotFound(name, 404) from None
 
     async def custom_object_uid(
         self, group: str, version: str, plural: str, namespace: str, name: str

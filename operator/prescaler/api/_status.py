@@ -20,6 +20,7 @@ ConditionType = Literal[
     "ExternalChange",
     "Prewarm",
     "RiskCalibrated",
+    "StandbyAllowed",
 ]
 CONDITION_TYPES: tuple[ConditionType, ...] = (
     "Ready",
@@ -32,6 +33,7 @@ CONDITION_TYPES: tuple[ConditionType, ...] = (
     "ExternalChange",
     "Prewarm",
     "RiskCalibrated",
+    "StandbyAllowed",
 )
 MAX_FORECAST_POINTS = 12
 
@@ -580,9 +582,11 @@ class FleetStatus(WireModel):
         },
     )
     """Ready, MetricsAvailable, ForecastHealthy, CapacityAvailable, ScheduleActive, DryRun,
-    Invalid, ExternalChange, and Prewarm (pools with ``spec.prewarm``: ``True`` when the
+    Invalid, ExternalChange, Prewarm (pools with ``spec.prewarm``: ``True`` when the
     target's pods wait for their warm-up, ``False`` when they cannot: no readiness gate in
-    the template, or no prompts)."""
+    the template, or no prompts), and StandbyAllowed (pools with standby placeholders:
+    ``False`` when their PriorityClass is not one the operator allows, or not below the
+    priority of the target's pods; the pool scales, without placeholders)."""
     desired_replicas: int | None = None
     """Replicas the plan asks for."""
     current_replicas: int | None = None

@@ -122,7 +122,7 @@ class _Pool:
     obj: dict[str, Any]
     hpas: list[dict[str, Any]]
     secrets: Any = None
-    """Reads a Secret of the pool's namespace (``None``: no cluster)."""
+    """Reads a Secret of the pool's namespace, its data and type (``None``: no cluster)."""
     notes: list[str] | None = None
 
 
@@ -193,12 +193,14 @@ class _Cluster:
         )
         return list(found.get("items") or [])
 
-    def secret(self, namespace: str, name: str) -> dict[str, str]:
+    def secret(self, namespace: str, name: str) -> tuple[dict[str, str], str]:
+        """A Secret's decoded data and its type."""
         import base64
 
         api = self.client.CoreV1Api(self.api)
         obj = self._call(f"Secret {namespace}/{name}", api.read_namespaced_secret, name, namespace)
-        return {k: base64.b64decode(v).decode() for k, v in (obj.get("data") or {}).items()}
+        data = {k: base64.b64decode(v).decode() for k, v in (obj.get("data") or {}).items()}
+        return data, str(obj.get("type") or "Opaque")
 
 
 def _pool_from_cluster(ref: str, cluster: _Cluster) -> _Pool:
@@ -266,19 +268,22 @@ def _credentials(
     args: argparse.Namespace, spec: Any, pool: _Pool
 ) -> tuple[dict[str, str], tuple[str, str] | None, str]:
     """Headers and basic auth for Prometheus: the flags', else the pool's Secret's."""
-    from prescaler.sources import secret_credentials
+    from prescaler.sources import bearer_header, secret_credentials
 
     given = [f for f in ("token", "token_file", "basic_auth") if getattr(args, f) is not None]
     if len(given) > 1:
         raise CliError("give one of --token, --token-file and --basic-auth")
-    if args.token is not None:
-        return {"Authorization": f"Bearer {args.token.strip()}"}, None, "--token"
-    if args.token_file is not None:
-        try:
-            token = args.token_file.read_text().strip()
-        except OSError as exc:
-            raise CliError(f"--token-file: {exc}") from None
-        return {"Authorization": f"Bearer {token}"}, None, "--token-file"
+    try:
+        if args.token is not None:
+            return bearer_header(args.token, "--token"), None, "--token"
+        if args.token_file is not None:
+            try:
+                token = args.token_file.read_text()
+            except OSError as exc:
+                raise CliError(f"--token-file: {exc}") from None
+            return bearer_header(token, "--token-file"), None, "--token-file"
+    except ValueError as exc:
+        raise CliError(str(exc)) from None
     if args.basic_auth is not None:
         user, sep, password = args.basic_auth.partition(":")
         if not sep or not user:
@@ -295,7 +300,7 @@ def _credentials(
         ]
         return {}, None, "none"
     try:
-        headers, basic = secret_credentials(ref.name, pool.secrets(ref.name))
+        headers, basic = secret_credentials(ref.name, *pool.secrets(ref.name))
     except ValueError as exc:
         raise CliError(f"--pool: {exc}") from None
     return headers, basic, f"Secret {ref.name}"

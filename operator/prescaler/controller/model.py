@@ -66,6 +66,8 @@ class Gathered:
     """The target ScaledObject (mode ``kedaTrigger``)."""
     keda_hpa: Hpa | None = None
     """The HPA KEDA made for it (``status.hpaName`` of the ScaledObject), once readable."""
+    metrics_warning: str | None = None
+    """Why the Prometheus credentials are at risk (sent over plain http), if they are."""
 
 
 @dataclass(frozen=True, slots=True, order=True)

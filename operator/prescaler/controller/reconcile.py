@@ -63,6 +63,7 @@ from prescaler.controller.model import (
 )
 from prescaler.controller.prewarm import Prewarmer, with_prewarm_condition
 from prescaler.controller.status import (
+    ConditionUpdate,
     Shadow,
     apply_merge_patch,
     combine_roles,
@@ -74,6 +75,7 @@ from prescaler.controller.status import (
     learn_against_hpa,
     learn_cold_start,
     learn_risk,
+    merge_conditions,
     merge_patch,
     observation_only,
     parse_rfc3339,
@@ -91,6 +93,7 @@ from prescaler.kube import (
     DELETION_COST_ANNOTATION,
     KEDA_GROUP,
     KEDA_VERSION,
+    PLACEHOLDER_PRIORITY_VALUE,
     POOL_LABEL,
     ROLE_DEGRADATION,
     ROLE_HOT,
@@ -137,6 +140,7 @@ from prescaler.planning import (
 )
 from prescaler.settings import ReconcileSettings
 from prescaler.sources import (
+    MAX_RESPONSE_BYTES,
     ROLE_DEMAND,
     MetricsUnavailable,
     PrometheusSource,
@@ -145,6 +149,7 @@ from prescaler.sources import (
     Snapshot,
     SourceError,
     render_queries,
+    secret_credentials,
 )
 from prescaler_forecast import AUTO
 
@@ -206,6 +211,11 @@ class Reconciler:
     forecasts: ForecastHub
     io_executor: Executor | None = None
     prometheus_timeout_seconds: float = 10.0
+    """The deadline of one Prometheus read, however slowly its bytes come."""
+    prometheus_max_response_bytes: int = MAX_RESPONSE_BYTES
+    """One Prometheus answer is read up to this many bytes, no further."""
+    placeholder_priority_classes: tuple[str, ...] = (DEFAULT_PRIORITY_CLASS,)
+    """The PriorityClasses standby placeholders may have (``ReconcileSettings``)."""
     rate_window: str = "2m"
     interval_seconds: float = 30.0
     """The reconcile period: a plan stands until the next reconcile, so its lookahead covers
@@ -242,6 +252,9 @@ class Reconciler:
     """A delay in ``[0, x)``: where in its checkpoint period a pool's first write falls."""
     _ensured: dict[tuple[str, str], tuple[str, float]] = field(default_factory=dict)
     """Degradation ConfigMaps this reconciler wrote or found current: content hash, when."""
+    _priorities: dict[str | None, tuple[float, int | None]] = field(default_factory=dict)
+    """PriorityClass values read (key ``None``: the global default's) and when; a value
+    ``None``: no such class."""
     _witnessed_from: float | None = None
     """This reconciler's first reconcile: idleness is only what it saw from then on."""
 
@@ -487,10 +500,16 @@ class Reconciler:
             decision = replace(decision, reason=f"{decision.reason}; {drain.reason}")
         self.metrics.declare_pool(pool.namespace, fleet_label(pool.name, role))
         assessment = degradation.assess_pool(spec, capacity, gathered, decision, previous, now)
-        standby = await self._apply(pool, role, spec, decision, gathered, previous, drain)
+        allowed = await self._placeholders_allowed(spec, gathered.workload)
+        holders = allowed is None or allowed.status == "True"
+        standby = await self._apply(
+            pool, role, spec, decision, gathered, previous, drain, placeholders=holders
+        )
         status = compose_status(
             spec, pool.generation, previous, decision, gathered, capacity, windows, standby, now
         )
+        status = _with_standby_condition(status, allowed, now, pool.generation)
+        await self._standby_event(pool, role, previous, allowed)
         status = status.model_copy(
             update={
                 "degradation": degradation.degradation_status(assessment, None),
@@ -641,9 +660,11 @@ class Reconciler:
 
         snapshot: Snapshot | None = None
         problem: str | None = None
+        warning: str | None = None
         forecast: ForecastResult | None = None
         if spec.forecast is not None:
             source, series_id = await self._source(pool, role, spec)
+            warning = source.warning
             try:
                 snapshot = await self._snapshot(pool, role, source, now)
                 if not snapshot.available:
@@ -673,6 +694,7 @@ class Reconciler:
             hpa=scaler,
             keda=keda,
             keda_hpa=keda_hpa,
+            metrics_warning=warning,
         )
 
     async def _target_pods(
@@ -760,14 +782,10 @@ class Reconciler:
                 secret = await self.kube.read_secret(pool.namespace, name)
             except NotFound:
                 raise InvalidPool("SecretNotFound", f"Secret {name} not found") from None
-            if "token" in secret:
-                headers["Authorization"] = f"Bearer {secret['token'].strip()}"
-            elif "username" in secret and "password" in secret:
-                basic = (secret["username"], secret["password"])
-            else:
-                raise InvalidPool(
-                    "InvalidSecret", f"Secret {name} needs key token, or username and password"
-                )
+            try:
+                headers, basic = secret_credentials(name, secret.data, secret.type)
+            except ValueError as exc:
+                raise InvalidPool("InvalidSecret", str(exc)) from None
         overrides = fc.queries.model_dump(exclude_none=True) if fc.queries is not None else {}
         try:
             queries = render_queries(
@@ -797,6 +815,7 @@ class Reconciler:
             basic_auth=basic,
             verify_tls=not fc.prometheus.insecure_skip_verify,
             timeout_seconds=self.prometheus_timeout_seconds,
+            max_response_bytes=self.prometheus_max_response_bytes,
         )
         self._sources[uid] = (key, source)
         return source, series_id
@@ -868,9 +887,12 @@ class Reconciler:
         gathered: Gathered,
         previous: InferencePoolStatus,
         drain: DrainPlan | None = None,
+        *,
+        placeholders: bool = True,
     ) -> StandbyStatus | None:
         """Carry out the plan: pod deletion costs, replicas or HPA floor, hot standby
-        promotions, standby objects, Events. Dumb on purpose."""
+        promotions, standby objects, Events. Dumb on purpose. ``placeholders``: whether
+        the spec's placeholders may be created (their PriorityClass is allowed)."""
         if spec.dry_run:
             return None
         if not self.serving(pool):
@@ -915,7 +937,9 @@ class Reconciler:
                     ),
                 )
             promoted = await self._promote(pool, spec, decision, gathered)
-            standby = await self._standby(pool, spec, decision, gathered.workload, previous.standby)
+            standby = await self._standby(
+                pool, spec, decision, gathered.workload, previous.standby, placeholders
+            )
             if promoted or (standby is not None and standby.hot is not None):
                 standby = standby or StandbyStatus()
                 hot = standby.hot or StandbyPartStatus()
@@ -1067,6 +1091,7 @@ class Reconciler:
         decision: ScalePlan,
         workload: Workload,
         previous: StandbyStatus | None,
+        placeholders_allowed: bool = True,
     ) -> StandbyStatus | None:
         ns, owner, standby = pool.namespace, pool.ref, spec.standby
         template = workload.template
@@ -1096,12 +1121,8 @@ class Reconciler:
             lambda: pre_pull_daemonset(owner, template, image or "", list(pre_pull.command)),
         )
         placeholders = standby.placeholders
-        if placeholders.enabled and placeholders.priority_class_name == DEFAULT_PRIORITY_CLASS:
-            await self.kube.ensure_priority_class(
-                placeholder_priority_class(DEFAULT_PRIORITY_CLASS)
-            )
         holders = await part(
-            placeholders.enabled,
+            placeholders.enabled and placeholders_allowed,  # refused: removed if it existed
             ROLE_PLACEHOLDER,
             "Deployment",
             prev.placeholders,
@@ -1131,6 +1152,105 @@ class Reconciler:
         if pre is None and holders is None and hot is None:
             return None
         return StandbyStatus(image_pre_pull=pre, placeholders=holders, hot=hot)
+
+    async def _placeholders_allowed(
+        self, spec: InferencePoolSpec, workload: Workload
+    ) -> ConditionUpdate | None:
+        """The ``StandbyAllowed`` condition of a pool with placeholders (``None``: none).
+
+        Placeholders hold GPUs at their PriorityClass, and anyone who may create a pool
+        names it: only the classes the operator is configured to allow
+        (:attr:`placeholder_priority_classes`), and only below the priority of the
+        target's own pods (a pod preempts only pods of lower priority, so a placeholder at
+        the target's priority or above would keep its GPUs from the replicas it stands in
+        for, and could preempt other workloads). A refused class leaves the pool scaling,
+        without placeholders."""
+        holders = spec.standby.placeholders
+        if not holders.enabled:
+            return None
+        name = holders.priority_class_name
+        allowed = self.placeholder_priority_classes
+        if name not in allowed:
+            listed = ", ".join(allowed) or "none"
+            return ConditionUpdate(
+                "StandbyAllowed",
+                "False",
+                "PriorityClassNotAllowed",
+                f"spec.standby.placeholders.priorityClassName {name} is not a PriorityClass "
+                f"this operator allows for placeholders ({listed}); no placeholders are "
+                "created",
+            )
+        if name == DEFAULT_PRIORITY_CLASS and not spec.dry_run:
+            await self.kube.ensure_priority_class(placeholder_priority_class(name))
+        value = await self._priority(name)
+        if value is None and name == DEFAULT_PRIORITY_CLASS:
+            value = PLACEHOLDER_PRIORITY_VALUE  # a dry run: the operator would create it so
+        if value is None:
+            return ConditionUpdate(
+                "StandbyAllowed",
+                "False",
+                "PriorityClassNotFound",
+                f"PriorityClass {name} of the placeholders does not exist; no placeholders "
+                "are created",
+            )
+        theirs = str((workload.template.get("spec") or {}).get("priorityClassName") or "")
+        target = await self._priority(theirs or None)
+        if target is None:
+            return ConditionUpdate(
+                "StandbyAllowed",
+                "False",
+                "PriorityClassNotFound",
+                f"PriorityClass {theirs} of the target's pods does not exist, so the "
+                "placeholders' cannot be checked against it; no placeholders are created",
+            )
+        whose = f"PriorityClass {theirs}" if theirs else "the default priority"
+        if value >= target:
+            return ConditionUpdate(
+                "StandbyAllowed",
+                "False",
+                "PriorityNotBelowTarget",
+                f"the placeholders' PriorityClass {name} ({value}) is not below the target's "
+                f"pods' ({whose}, {target}): a replica could not preempt a placeholder to "
+                "take its GPUs; no placeholders are created",
+            )
+        return ConditionUpdate(
+            "StandbyAllowed",
+            "True",
+            "Allowed",
+            f"placeholders at PriorityClass {name} ({value}), below the target's pods' "
+            f"({whose}, {target})",
+        )
+
+    async def _priority(self, name: str | None) -> int | None:
+        """A PriorityClass's value (``None``: the global default's, else 0), read again
+        after :attr:`_recheck`; ``None`` when the class does not exist."""
+        now = self.clock()
+        kept = self._priorities.get(name)
+        if kept is not None and now - kept[0] < self._recheck:
+            return kept[1]
+        try:
+            value: int | None = await self.kube.priority_value(name)
+        except NotFound:
+            value = None
+        self._priorities[name] = (now, value)
+        return value
+
+    async def _standby_event(
+        self,
+        pool: PoolObject,
+        role: Role | None,
+        previous: InferencePoolStatus,
+        update: ConditionUpdate | None,
+    ) -> None:
+        """A Warning Event when placeholders are refused (or refused for a new reason),
+        never per reconcile."""
+        if update is None or update.status != "False":
+            return
+        old = next((c for c in previous.conditions if c.type == "StandbyAllowed"), None)
+        if old is None or old.status != "False" or old.message != update.message:
+            await self.kube.post_event(
+                pool.ref, "Warning", update.reason, _tag(role, update.message)
+            )
 
     # ------------------------------------------------------------------ invalid
     async def _invalid(
@@ -1178,6 +1298,19 @@ class Reconciler:
             error = forecast_error(previous.forecast, observed, decision.now)
             if error is not None:
                 m.forecast_error.labels(*labels).set(error)
+
+
+def _with_standby_condition(
+    status: InferencePoolStatus, update: ConditionUpdate | None, now: float, generation: int | None
+) -> InferencePoolStatus:
+    """The status with the ``StandbyAllowed`` condition set, or removed (no placeholders)."""
+    if update is None:
+        kept = [c for c in status.conditions if c.type != "StandbyAllowed"]
+        if len(kept) == len(status.conditions):
+            return status
+        return status.model_copy(update={"conditions": kept})
+    conditions = merge_conditions(status.conditions, [update], now, generation)
+    return status.model_copy(update={"conditions": conditions})
 
 
 def _tag(role: Role | None, message: str) -> str:

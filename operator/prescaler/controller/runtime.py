@@ -124,6 +124,8 @@ class Runtime:
             calibrator=calibrator,
             io_executor=io_pool,
             prometheus_timeout_seconds=rs.prometheus_timeout_seconds,
+            prometheus_max_response_bytes=rs.prometheus_max_response_bytes,
+            placeholder_priority_classes=rs.placeholder_priority_classes,
             rate_window=rs.rate_window,
             interval_seconds=rs.interval_seconds,
             prewarm=prewarmer,

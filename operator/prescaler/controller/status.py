@@ -839,12 +839,18 @@ def compose_status(
             ConditionUpdate("ForecastHealthy", "Unknown", "NotConfigured", "no spec.forecast")
         )
     else:
-        if gathered.metrics_problem is None:
+        warning = gathered.metrics_warning
+        if gathered.metrics_problem is None and warning is not None:
+            updates.append(
+                ConditionUpdate("MetricsAvailable", "True", "PlaintextCredentials", warning)
+            )
+        elif gathered.metrics_problem is None:
             updates.append(ConditionUpdate("MetricsAvailable", "True", "Available", ""))
         else:
+            also = f"; {warning}" if warning is not None else ""
             updates.append(
                 ConditionUpdate(
-                    "MetricsAvailable", "False", "Unavailable", gathered.metrics_problem
+                    "MetricsAvailable", "False", "Unavailable", gathered.metrics_problem + also
                 )
             )
         result = gathered.forecast

@@ -26,6 +26,7 @@ from prescaler.kube._client import (
 from prescaler.kube._lease import LeaseElector, LeaseTimings
 from prescaler.kube._manifests import (
     HASH_ANNOTATION,
+    PLACEHOLDER_PRIORITY_VALUE,
     POOL_LABEL,
     ROLE_DEGRADATION,
     ROLE_HOT,
@@ -54,6 +55,7 @@ from prescaler.kube._types import (
     ObjectRef,
     PodStart,
     ScaledObject,
+    SecretData,
     StandbyObservation,
     Workload,
 )
@@ -65,6 +67,7 @@ __all__ = [
     "HASH_ANNOTATION",
     "KEDA_GROUP",
     "KEDA_VERSION",
+    "PLACEHOLDER_PRIORITY_VALUE",
     "POOL_LABEL",
     "ROLE_DEGRADATION",
     "ROLE_HOT",
@@ -87,6 +90,7 @@ __all__ = [
     "ObjectStream",
     "PodStart",
     "ScaledObject",
+    "SecretData",
     "ShardLeases",
     "StandbyObservation",
     "Workload",

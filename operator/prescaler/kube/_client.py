@@ -38,6 +38,7 @@ from prescaler.kube._types import (
     ObjectRef,
     PodStart,
     ScaledObject,
+    SecretData,
     StandbyObservation,
     Workload,
 )
@@ -293,11 +294,12 @@ class KubeApi(Protocol):
         self, group: str, version: str, plural: str, namespace: str, name: str
     ) -> dict[str, Any]: ...
     async def delete_pod(self, namespace: str, name: str) -> None: ...
-    async def read_secret(self, namespace: str, name: str) -> dict[str, str]: ...
+    async def read_secret(self, namespace: str, name: str) -> SecretData: ...
     async def read_config_map(self, namespace: str, name: str) -> dict[str, str]: ...
     async def ensure(self, obj: dict[str, Any]) -> StandbyObservation: ...
     async def delete(self, namespace: str, kind: str, name: str) -> None: ...
     async def ensure_priority_class(self, obj: dict[str, Any]) -> None: ...
+    async def priority_value(self, name: str | None) -> int: ...
     async def post_event(self, ref: ObjectRef, type_: str, reason: str, message: str) -> None: ...
 
 
@@ -588,10 +590,12 @@ class KubeClient:
         with contextlib.suppress(NotFound):
             await self._call(self.core.delete_namespaced_pod, name, namespace)
 
-    async def read_secret(self, namespace: str, name: str) -> dict[str, str]:
+    async def read_secret(self, namespace: str, name: str) -> SecretData:
+        """A Secret's type (``Opaque`` when unset) and its data, decoded."""
         obj = await self._call(self.core.read_namespaced_secret, name, namespace)
         data = obj.get("data") or {}
-        return {k: base64.b64decode(v).decode() for k, v in data.items()}
+        decoded = {k: base64.b64decode(v).decode() for k, v in data.items()}
+        return SecretData(type=str(obj.get("type") or "Opaque"), data=decoded)
 
     async def read_config_map(self, namespace: str, name: str) -> dict[str, str]:
         """A ConfigMap's ``data`` (``spec.prewarm.configMapRef``; get by name only)."""
@@ -664,6 +668,21 @@ class KubeClient:
             except KubeError as exc:
                 if exc.status != 409:
                     raise
+
+    async def priority_value(self, name: str | None) -> int:
+        """The priority a pod of PriorityClass ``name`` gets: the class's value
+        (:class:`NotFound` without the class); without a name, the global default
+        class's value, else 0, as the API server's Priority admission gives it."""
+        if name:
+            obj = await self._call(self.scheduling.read_priority_class, name)
+            return int((obj or {}).get("value") or 0)
+        listed = await self._call(self.scheduling.list_priority_class)
+        defaults = [
+            int(c.get("value") or 0)
+            for c in (listed or {}).get("items") or ()
+            if c.get("globalDefault")
+        ]
+        return min(defaults, default=0)  # the admission's pick among several defaults
 
     # ---------------------------------------------------------------- events
     async def post_event(self, ref: ObjectRef, type_: str, reason: str, message: str) -> None:

@@ -154,3 +154,11 @@ class StandbyObservation:
 
     desired: int
     ready: int
+
+
+@dataclass(frozen=True, slots=True)
+class SecretData:
+    """A Secret's ``type`` and its ``data``, decoded."""
+
+    type: str
+    data: dict[str, str]

@@ -23,17 +23,20 @@ from prescaler.sources._profiles import (
 )
 from prescaler.sources._prometheus import (
     MAX_POINTS_PER_QUERY,
+    MAX_RESPONSE_BYTES,
     MetricsUnavailable,
     PrometheusSource,
     PromQLError,
     Snapshot,
     SourceError,
+    bearer_header,
     secret_credentials,
 )
 
 __all__ = [
     "HISTORY_QUERIES",
     "MAX_POINTS_PER_QUERY",
+    "MAX_RESPONSE_BYTES",
     "PROFILES",
     "ROLE_DEMAND",
     "DemandHistory",
@@ -45,6 +48,7 @@ __all__ = [
     "QueryName",
     "Snapshot",
     "SourceError",
+    "bearer_header",
     "read_demand_history",
     "render_queries",
     "secret_credentials",

@@ -4,6 +4,10 @@ Blocking (``requests`` underneath); the reconcile loop calls it from a worker th
 Missing data, ``NaN``/``Inf``, negative rates and unreachable servers are reported as
 ``None`` with a reason, never as zero: a zero would read as "no demand" and shrink the fleet.
 A query the server rejects as malformed raises :class:`PromQLError`, a spec problem.
+
+Every answer is bounded (:mod:`._transport`): at most ``max_response_bytes``, whole within
+``timeout_seconds``; every error message is scrubbed of credentials and cut before it can
+reach a status, an Event or a log.
 """
 
 from __future__ import annotations
@@ -23,9 +27,21 @@ from prometheus_api_client.exceptions import PrometheusApiClientException
 from urllib3.util.retry import Retry
 
 from prescaler.sources._profiles import Queries, QueryName
+from prescaler.sources._transport import (
+    AnswerError,
+    AnswerTooLarge,
+    BoundedAdapter,
+    BoundedSession,
+    scrub,
+)
 
 # Prometheus caps a range query at 11,000 points per series.
 MAX_POINTS_PER_QUERY = 10_000
+MAX_RESPONSE_BYTES = 16 * 1024 * 1024
+"""Default cap on one answer's body (``ReconcileSettings.prometheus_max_response_bytes``):
+a range query of 10,000 points is about 250 KB per series, so 16 MiB holds some 60 series
+of it, or an instant query over some 100,000 pods, and costs the operator at most that."""
+SERVICE_ACCOUNT_TOKEN = "kubernetes.io/service-account-token"
 
 
 class SourceError(Exception):
@@ -155,16 +171,20 @@ _SIGNED: frozenset[QueryName] = frozenset({"waiting_growth_per_second"})
 _STATUS = re.compile(r"HTTP Status Code (\d+)")
 
 
-def _classify(name: str, query: str, exc: Exception) -> SourceError:
+def _classify(name: str, query: str, exc: Exception, secrets: tuple[str, ...] = ()) -> SourceError:
+    """A failed query as a spec problem (Prometheus' ``bad_data``: the PromQL is wrong) or
+    an outage; the message scrubbed and cut."""
+    if isinstance(exc, AnswerError):
+        if exc.status in (400, 422) and exc.error_type == "bad_data":
+            return PromQLError(name, query, scrub(exc.detail, secrets, limit=300))
+        return MetricsUnavailable(f"query {name}: {scrub(str(exc), secrets, limit=300)}")
     text = str(exc)
     match = _STATUS.search(text)
     if match and match.group(1) in ("400", "422") and "bad_data" in text:
-        detail = text
         found = re.search(r'"error":"(.*?)"', text)
-        if found:
-            detail = found.group(1)
-        return PromQLError(name, query, detail)
-    return MetricsUnavailable(f"query {name}: {text[:300]}")
+        detail = found.group(1) if found else text
+        return PromQLError(name, query, scrub(detail, secrets, limit=300))
+    return MetricsUnavailable(f"query {name}: {scrub(text, secrets, limit=300)}")
 
 
 class _CheckedPrometheus(PrometheusConnect):  # type: ignore[misc]
@@ -182,8 +202,12 @@ class _CheckedPrometheus(PrometheusConnect):  # type: ignore[misc]
 def _checked(call: Any) -> Any:
     try:
         result = call()
+    except requests.RequestException:
+        raise  # the transport's: told apart by the caller
     except (KeyError, TypeError, ValueError) as exc:
-        raise MetricsUnavailable(f"malformed answer from Prometheus: {exc!r}"[:300]) from None
+        raise MetricsUnavailable(
+            f"malformed answer from Prometheus: {scrub(repr(exc), limit=200)}"
+        ) from None
     if not isinstance(result, list):
         raise MetricsUnavailable(
             f"malformed answer from Prometheus: result is a {type(result).__name__}, not a list"
@@ -191,16 +215,57 @@ def _checked(call: Any) -> Any:
     return result
 
 
+def bearer_header(token: str, origin: str) -> dict[str, str]:
+    """The ``Authorization`` header of a bearer token (surrounding white space dropped).
+    A token with a control character (a line break inside it) is refused here, with a
+    message that does not show it: ``requests`` would refuse the header with an error
+    whose text holds the whole value."""
+    token = token.strip()
+    if not token:
+        raise ValueError(f"{origin}: the token is empty")
+    if any(ord(c) < 0x20 or 0x7F <= ord(c) <= 0x9F for c in token):
+        raise ValueError(
+            f"{origin}: the token holds a control character (a line break inside it?); "
+            "its value is not shown"
+        )
+    if not token.isascii():
+        raise ValueError(f"{origin}: the token holds characters that are not ASCII")
+    return {"Authorization": f"Bearer {token}"}
+
+
 def secret_credentials(
-    name: str, secret: Mapping[str, str]
+    name: str, secret: Mapping[str, str], secret_type: str | None = None
 ) -> tuple[dict[str, str], tuple[str, str] | None]:
-    """The headers and basic auth a pool's ``authSecretRef`` Secret (decoded ``data``)
-    gives: key ``token`` is bearer auth, keys ``username`` and ``password`` basic auth."""
+    """The headers and basic auth a pool's ``authSecretRef`` Secret (decoded ``data``, and
+    its ``type``) gives: key ``token`` is bearer auth, keys ``username`` and ``password``
+    basic auth. A ServiceAccount token Secret is refused: its token is a Kubernetes
+    identity, not a Prometheus credential, and must not be sent to a URL a pool names."""
+    if secret_type == SERVICE_ACCOUNT_TOKEN:
+        raise ValueError(
+            f"Secret {name} is a ServiceAccount token (type {SERVICE_ACCOUNT_TOKEN}); it is "
+            "never sent to Prometheus: put the Prometheus token in a Secret of type Opaque"
+        )
     if "token" in secret:
-        return {"Authorization": f"Bearer {secret['token'].strip()}"}, None
+        return bearer_header(secret["token"], f"Secret {name}, key token"), None
     if "username" in secret and "password" in secret:
         return {}, (secret["username"], secret["password"])
     raise ValueError(f"Secret {name} needs key token, or username and password")
+
+
+def plaintext_credentials(url: str, headers: Mapping[str, str], basic: object) -> str | None:
+    """A warning when credentials go to ``url`` over plain ``http://``, else ``None``."""
+    if not url.strip().lower().startswith("http://"):
+        return None
+    if any(k.lower() == "authorization" for k in headers):
+        what = "a bearer token"
+    elif basic is not None:
+        what = "a username and password"
+    else:
+        return None
+    return (
+        f"{what} is sent to Prometheus over plain http://, readable on the network: "
+        "use an https:// URL"
+    )
 
 
 class PrometheusSource:
@@ -215,22 +280,64 @@ class PrometheusSource:
         basic_auth: tuple[str, str] | None = None,
         verify_tls: bool = True,
         timeout_seconds: float = 10.0,
+        max_response_bytes: int = MAX_RESPONSE_BYTES,
     ) -> None:
         self.queries = queries
         self.timeout_seconds = float(timeout_seconds)
-        """One read (:meth:`snapshot`, :meth:`running_by_pod`) answers within this long in
-        total, however many queries it makes: a slow Prometheus is ``MetricsUnavailable``
-        after one timeout, not after one per query (the reconcile waits for the read)."""
+        """One read (:meth:`snapshot`, :meth:`running_by_pod`, each range query of
+        :meth:`history`) answers within this long in total, however many queries it
+        makes and however slowly the bytes come: a slow Prometheus is
+        ``MetricsUnavailable`` after one timeout (the reconcile waits for the read)."""
+        self.max_response_bytes = int(max_response_bytes)
+        """An answer larger than this is ``MetricsUnavailable``, read no further."""
+        headers = dict(headers or {})
+        self._secrets = tuple(
+            s
+            for s in (
+                *(
+                    v.partition(" ")[2] or v
+                    for k, v in headers.items()
+                    if k.lower() == "authorization"
+                ),
+                *(basic_auth or ()),
+            )
+            if s
+        )
+        self.warning = plaintext_credentials(url, headers, basic_auth)
+        """Why the credentials are at risk (sent over plain http), or ``None``."""
+        url = url.rstrip("/")
+        # A refused connection or a 502-504 is retried once; a read that timed out is
+        # not (a second wait would double the time the reconcile is held up).
+        retry = Retry(total=1, read=0, backoff_factor=0.1, status_forcelist=(502, 503, 504))
+        session = BoundedSession(self.max_response_bytes)
+        session.verify = verify_tls
         self._prom = _CheckedPrometheus(
-            url=url.rstrip("/"),
-            headers=dict(headers or {}),
+            url=url,
+            headers=headers,
             disable_ssl=not verify_tls,
-            # A refused connection or a 502-504 is retried once; a read that timed out is
-            # not (a second wait would double the time the reconcile is held up).
-            retry=Retry(total=1, read=0, backoff_factor=0.1, status_forcelist=(502, 503, 504)),
+            retry=retry,
             auth=basic_auth,
             timeout=timeout_seconds,
+            session=session,
         )
+        session.mount(url, BoundedAdapter(max_retries=retry))  # over the client's own adapter
+
+    def _message(self, text: str, limit: int = 300) -> str:
+        return scrub(text, self._secrets, limit=limit)
+
+    def _failure(self, what: str, exc: Exception) -> MetricsUnavailable:
+        """A transport failure as a message fit for a status."""
+        if isinstance(exc, requests.Timeout) or "timed out" in str(exc):
+            # A read timeout that is not retried arrives as a ConnectionError.
+            return MetricsUnavailable(
+                f"{what}: Prometheus did not answer within {self.timeout_seconds:g}s"
+            )
+        if isinstance(exc, AnswerTooLarge):
+            return MetricsUnavailable(
+                f"{what}: Prometheus answered more than {self.max_response_bytes} bytes "
+                "(PRESCALER_RECONCILE_PROMETHEUS_MAX_RESPONSE_BYTES); narrow the query"
+            )
+        return MetricsUnavailable(f"{what}: {self._message(str(exc))}")
 
     def close(self) -> None:
         self._prom.close()
@@ -245,15 +352,10 @@ class PrometheusSource:
             return self._prom.custom_query(
                 query, params={"time": f"{at:.3f}"}, timeout=max(0.1, remaining)
             )
-        except PrometheusApiClientException as exc:
-            raise _classify(name, query, exc) from None
+        except (PrometheusApiClientException, AnswerError) as exc:
+            raise _classify(name, query, exc, self._secrets) from None
         except (requests.RequestException, ValueError) as exc:
-            # A read timeout that is not retried arrives as a ConnectionError.
-            if isinstance(exc, requests.Timeout) or "timed out" in str(exc):
-                raise MetricsUnavailable(
-                    f"query {name}: Prometheus did not answer within {self.timeout_seconds:g}s"
-                ) from None
-            raise MetricsUnavailable(f"query {name}: {exc}") from None
+            raise self._failure(f"query {name}", exc) from None
 
     def _deadline(self) -> float:
         return time.monotonic() + self.timeout_seconds
@@ -373,10 +475,10 @@ class PrometheusSource:
                     end_time=datetime.fromtimestamp(first + hi * step + shift, UTC),
                     step=f"{step:g}",
                 )
-            except PrometheusApiClientException as exc:
-                raise _classify(name, query, exc) from None
+            except (PrometheusApiClientException, AnswerError) as exc:
+                raise _classify(name, query, exc, self._secrets) from None
             except (requests.RequestException, ValueError) as exc:
-                raise MetricsUnavailable(f"history: {exc}") from None
+                raise self._failure("history", exc) from None
             for series in result if isinstance(result, list) else []:
                 values = series.get("values") if isinstance(series, dict) else None
                 for pair in values if isinstance(values, list) else []:
