@@ -73,6 +73,12 @@ class ReconcileSettings:
     Prometheus calls)."""
     kube_threads: int = 16
     """Threads for Kubernetes and Prometheus calls (both are blocking clients)."""
+    kube_timeout_seconds: float = 30.0
+    """Timeout of each attempt of a Kubernetes API call: to connect, and for each read of
+    its answer. An attempt past it is retried with backoff like a dropped connection, so a
+    connection that never answers holds a thread this long, not for ever. Half the API
+    server's own 60 s request timeout: an answer that slow has failed already. (The
+    Leases' calls have theirs from ``leader.renew_deadline_seconds``.)"""
     forecast_workers: int = 2
     """Processes for forecast fits and model selection (0: fit in a thread instead)."""
     forecast_wait_seconds: float = 2.0
@@ -198,6 +204,8 @@ class OperatorSettings:
             raise ValueError("reconcile interval must be > 0 seconds")
         if self.reconcile.kube_threads < 1:
             raise ValueError("kube threads must be >= 1")
+        if not self.reconcile.kube_timeout_seconds > 0:
+            raise ValueError("kube timeout must be > 0 seconds")
         if self.reconcile.forecast_workers < 0:
             raise ValueError("forecast workers must be >= 0")
         for label, timeout in (

@@ -66,13 +66,16 @@ class Rule:
     """The answer's HTTP status; 0 with ``action="drop"``."""
     times: int = 1
     """How many matching requests it takes; then they pass."""
-    action: Literal["answer", "drop", "mute", "gone"] = "answer"
+    action: Literal["answer", "drop", "mute", "gone", "hang"] = "answer"
     """``answer``: reply ``status`` without forwarding; ``drop``: forward, relay the stream
     for ``drop_after`` seconds, then close the connection mid-stream; ``mute``: forward,
     relay nothing of the stream until :attr:`lifted`, then close it mid-stream; ``gone``:
-    reply ``200`` to a watch with one ``ERROR`` event of code 410, then end it."""
+    reply ``200`` to a watch with one ``ERROR`` event of code 410, then end it; ``hang``:
+    accept the request and answer nothing until :attr:`lifted` (or the proxy stops), then
+    close the connection (a dead peer that still holds the connection open)."""
     lifted: bool = False
-    """``mute``: set to end the gap (the muted streams are then cut)."""
+    """``mute``: set to end the gap (the muted streams are then cut); ``hang``: set to
+    close the connections it holds."""
     watch: bool | None = None
     """Match only watch requests (True), only others (False), or both (None)."""
     retry_after: int | None = None
@@ -109,8 +112,8 @@ class Seen:
     status: int
     """The status the client got (the injected one, or the API server's)."""
     injected: str | None
-    """The action of the rule that took it (``answer``, ``drop``, ``mute``, ``gone``), else
-    ``None``."""
+    """The action of the rule that took it (``answer``, ``drop``, ``mute``, ``gone``,
+    ``hang``), else ``None``."""
     body: bytes = b""
     """The request body (writes)."""
 
@@ -170,6 +173,9 @@ class ApiProxy:
         """Close every connection, the server and the client session; end the thread."""
         if not self._thread.is_alive():
             return
+        with self._lock:
+            for rule in self._rules:
+                rule.lifted = True  # a hung request lets its connection go
         asyncio.run_coroutine_threadsafe(self._stop(), self._loop).result(30)
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(30)
@@ -269,6 +275,13 @@ class ApiProxy:
         if rule is not None and rule.action == "gone":
             log(200, "gone")
             return _gone_answer()
+        if rule is not None and rule.action == "hang":
+            log(0, "hang")
+            while not rule.lifted:
+                await asyncio.sleep(POLL_SECONDS)
+            if request.transport is not None:
+                request.transport.abort()
+            return web.Response(status=504)  # never reaches the client: the connection is gone
         assert self._session is not None
         headers = {k: v for k, v in request.headers.items() if k.lower() not in HOP_BY_HOP}
         async with self._session.request(

@@ -27,13 +27,18 @@ class FakeLeases:
     def __init__(self) -> None:
         self.leases: dict[str, Any] = {}
         self._versions = itertools.count(1)
+        self.timeouts: list[Any] = []
+        """The ``_request_timeout`` of every call, in order."""
 
     def _stamp(self, lease: Any) -> Any:
         lease.metadata.resource_version = str(next(self._versions))
         self.leases[lease.metadata.name] = copy.deepcopy(lease)
         return copy.deepcopy(lease)
 
-    def list_namespaced_lease(self, namespace: str, label_selector: str) -> Any:
+    def list_namespaced_lease(
+        self, namespace: str, label_selector: str, _request_timeout: Any = None
+    ) -> Any:
+        self.timeouts.append(_request_timeout)
         key, _, value = label_selector.partition("=")
         items = [
             copy.deepcopy(lease)
@@ -42,17 +47,24 @@ class FakeLeases:
         ]
         return client.V1LeaseList(items=items)
 
-    def read_namespaced_lease(self, name: str, namespace: str) -> Any:
+    def read_namespaced_lease(self, name: str, namespace: str, _request_timeout: Any = None) -> Any:
+        self.timeouts.append(_request_timeout)
         if name not in self.leases:
             raise ApiException(status=404)
         return copy.deepcopy(self.leases[name])
 
-    def create_namespaced_lease(self, namespace: str, body: Any) -> Any:
+    def create_namespaced_lease(
+        self, namespace: str, body: Any, _request_timeout: Any = None
+    ) -> Any:
+        self.timeouts.append(_request_timeout)
         if body.metadata.name in self.leases:
             raise ApiException(status=409)
         return self._stamp(body)
 
-    def replace_namespaced_lease(self, name: str, namespace: str, body: Any) -> Any:
+    def replace_namespaced_lease(
+        self, name: str, namespace: str, body: Any, _request_timeout: Any = None
+    ) -> Any:
+        self.timeouts.append(_request_timeout)
         current = self.leases.get(name)
         if current is None:
             raise ApiException(status=404)
@@ -135,6 +147,11 @@ def test_replicas_split_the_shards_take_over_and_rebalance() -> None:
             await r.run(stop)  # leaves
         held = {n: lease.spec.holder_identity for n, lease in api.leases.items()}
         assert {n: h for n, h in held.items() if h is not None} == {"op-member-2": "c"}, held
+        # Every Lease call had a timeout, and an attempt's read and write together fit in
+        # the renew deadline: a hung connection costs a renewal, not the replica's place.
+        assert api.timeouts
+        assert all(t is not None for t in api.timeouts)
+        assert {2 * max(t) for t in api.timeouts} == {TIMINGS.renew_deadline_seconds}
 
     asyncio.run(main())
 
@@ -181,10 +198,10 @@ def test_a_holder_that_cannot_renew_stops_acting_before_its_lease_can_be_taken()
         broken = True
         list_leases = api.list_namespaced_lease
 
-        def failing(namespace: str, label_selector: str) -> Any:
+        def failing(namespace: str, label_selector: str, _request_timeout: Any = None) -> Any:
             if broken:
                 raise ApiException(status=503)
-            return list_leases(namespace, label_selector)
+            return list_leases(namespace, label_selector, _request_timeout)
 
         a.coordination = type("Broken", (), {})()
         a.coordination.list_namespaced_lease = failing  # a's API calls fail from now on

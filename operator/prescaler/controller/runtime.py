@@ -75,7 +75,9 @@ class Runtime:
         rs = settings.reconcile
         metrics = metrics or Metrics()
         kube = KubeClient(
-            load_api_client(rs.kubeconfig, pool_size=rs.kube_threads), rs.kube_threads
+            load_api_client(rs.kubeconfig, pool_size=rs.kube_threads),
+            rs.kube_threads,
+            timeout_seconds=rs.kube_timeout_seconds,
         )
         io_pool = ThreadPoolExecutor(max_workers=rs.kube_threads, thread_name_prefix="prom")
         fit_pool = None

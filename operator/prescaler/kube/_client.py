@@ -311,6 +311,10 @@ def load_api_client(kubeconfig: str | None = None, pool_size: int = 16) -> clien
     except config.ConfigException:
         config.load_kube_config(config_file=kubeconfig, client_configuration=configuration)
     configuration.connection_pool_maxsize = pool_size
+    # No retries inside urllib3: each caller retries a failed attempt itself (KubeClient with
+    # backoff, a Lease at its next retry period), so a request's timeout bounds the attempt
+    # instead of being multiplied by urllib3's three silent retries.
+    configuration.retries = 0
     api = client.ApiClient(configuration)
     api.user_agent = USER_AGENT  # the field manager named in managedFields
     return api
@@ -321,9 +325,12 @@ class KubeClient:
 
     Every call is retried with exponential backoff and jitter (``backoffs`` seconds) when
     the API server answers 429 or 5xx or the connection fails, obeying ``Retry-After``
-    (up to :data:`RETRY_AFTER_LIMIT`). Writes that set absolute values (scale, HPA floor,
-    pod annotations, status) are also retried on 409; a create that meets 409 on a retry
-    finds what its first attempt made. What still fails raises :class:`KubeError`.
+    (up to :data:`RETRY_AFTER_LIMIT`). Each attempt has ``timeout_seconds`` to connect
+    and as long for each read of its answer: a connection that accepts and never answers
+    fails the attempt (and is retried) instead of holding a thread for ever. Writes that
+    set absolute values (scale, HPA floor, pod annotations, status) are also retried on
+    409; a create that meets 409 on a retry finds what its first attempt made. What still
+    fails raises :class:`KubeError`.
     """
 
     def __init__(
@@ -331,10 +338,14 @@ class KubeClient:
         api_client: client.ApiClient,
         threads: int = 16,
         backoffs: tuple[float, ...] = (0.2, 0.5, 1.0, 2.0, 4.0),
+        timeout_seconds: float = 30.0,
     ) -> None:
+        if not timeout_seconds > 0:
+            raise ValueError("the API calls' timeout must be > 0 seconds")
         self._api = api_client
         self._pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="kube")
         self._backoffs = backoffs
+        self._timeout = (timeout_seconds, timeout_seconds)
         self.apps = client.AppsV1Api(api_client)
         self.core = client.CoreV1Api(api_client)
         self.autoscaling = client.AutoscalingV2Api(api_client)
@@ -364,7 +375,9 @@ class KubeClient:
         """
 
         def run() -> Any:
-            response = fn(*args, _preload_content=False, **kwargs)
+            response = fn(
+                *args, _preload_content=False, _request_timeout=self._timeout, **kwargs
+            )
             data = response.data
             return json.loads(data) if data else None
 

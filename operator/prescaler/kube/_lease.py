@@ -54,6 +54,15 @@ class LeaseTimings:
     renew_deadline_seconds: float = 10.0
     retry_period_seconds: float = 2.0
 
+    @property
+    def call_timeout(self) -> tuple[float, float]:
+        """The ``_request_timeout`` (connect, read) of each Lease call. An attempt is a
+        read and a write, so it ends within the renew deadline, as client-go bounds each
+        attempt by it: a hung connection costs a renewal, never the replica's place in
+        the election (its next attempt, a retry period later, can win the Lease back)."""
+        half = self.renew_deadline_seconds / 2
+        return (half, half)
+
 
 @dataclass(frozen=True, slots=True)
 class Observed:
@@ -177,7 +186,9 @@ class LeaseElector:
         lease = listed
         if listed is READ:
             try:
-                lease = self.coordination.read_namespaced_lease(self.name, self.namespace)
+                lease = self.coordination.read_namespaced_lease(
+                    self.name, self.namespace, _request_timeout=self.timings.call_timeout
+                )
             except ApiException as exc:
                 if exc.status != 404:
                     raise
@@ -204,7 +215,9 @@ class LeaseElector:
             meta.annotations = {**(meta.annotations or {}), **self.annotations()}
             lease.metadata = meta
         try:
-            self.coordination.replace_namespaced_lease(self.name, self.namespace, lease)
+            self.coordination.replace_namespaced_lease(
+                self.name, self.namespace, lease, _request_timeout=self.timings.call_timeout
+            )
         except ApiException as exc:
             if exc.status == 409:  # another candidate wrote first
                 return False
@@ -242,7 +255,9 @@ class LeaseElector:
             ),
         )
         try:
-            self.coordination.create_namespaced_lease(self.namespace, body)
+            self.coordination.create_namespaced_lease(
+                self.namespace, body, _request_timeout=self.timings.call_timeout
+            )
         except ApiException as exc:
             if exc.status == 409:
                 return False
@@ -256,14 +271,19 @@ class LeaseElector:
         duration. This candidate stops counting as its holder first, whatever the write's
         outcome."""
         self._renewed_at = None
-        lease = self.coordination.read_namespaced_lease(self.name, self.namespace)
+        timeout = self.timings.call_timeout
+        lease = self.coordination.read_namespaced_lease(
+            self.name, self.namespace, _request_timeout=timeout
+        )
         spec = lease.spec
         if spec is None or spec.holder_identity != self.identity:
             return
         spec.holder_identity = None
         spec.lease_duration_seconds = 1
         spec.renew_time = _now_micro()
-        self.coordination.replace_namespaced_lease(self.name, self.namespace, lease)
+        self.coordination.replace_namespaced_lease(
+            self.name, self.namespace, lease, _request_timeout=timeout
+        )
         self._observed = None
         log.info("%s released lease %s/%s", self.identity, self.namespace, self.name)
 

@@ -308,7 +308,9 @@ class ShardLeases:
     def _list(self) -> dict[str, Any]:
         """The set's Leases by name (blocking); the other replicas' slots observed."""
         listing = self.coordination.list_namespaced_lease(
-            self.namespace, label_selector=f"{SHARD_LEASE_LABEL}={self.base}"
+            self.namespace,
+            label_selector=f"{SHARD_LEASE_LABEL}={self.base}",
+            _request_timeout=self.timings.call_timeout,
         )
         listed = {lease.metadata.name: lease for lease in listing.items}
         for i, elector in enumerate(self._slot):
