@@ -407,7 +407,9 @@ class PlaceholderSpec(WireModel):
     max_replicas: int = Field(default=2, ge=0, le=1000)
     """Upper bound on placeholders."""
     priority_class_name: str = Field(default="prescaler-placeholder", min_length=1, max_length=253)
-    """PriorityClass of placeholders; the default one is created (value -10) if missing."""
+    """PriorityClass of placeholders; the default one is created (value -10) if missing.
+    It must be one the operator allows (by default only this one) and below the priority of
+    the target's pods; otherwise no placeholders are made (condition StandbyAllowed)."""
     image: str = Field(default="registry.k8s.io/pause:3.10", max_length=1024)
     """Image of the placeholder container."""
 
