@@ -169,6 +169,8 @@ _SIGNED: frozenset[QueryName] = frozenset({"waiting_growth_per_second"})
 """Quantities that may be negative (a queue that drains)."""
 
 _STATUS = re.compile(r"HTTP Status Code (\d+)")
+_CONNECTION = re.compile(r"^\w+\((host=[^)]*)\): ")
+"""urllib3's name of the connection object before its error."""
 
 
 def _classify(name: str, query: str, exc: Exception, secrets: tuple[str, ...] = ()) -> SourceError:
@@ -202,8 +204,12 @@ class _CheckedPrometheus(PrometheusConnect):  # type: ignore[misc]
 def _checked(call: Any) -> Any:
     try:
         result = call()
-    except requests.RequestException:
-        raise  # the transport's: told apart by the caller
+    except requests.RequestException as exc:
+        if not isinstance(exc, requests.exceptions.InvalidJSONError):  # a body not JSON
+            raise  # the transport's: told apart by the caller
+        raise MetricsUnavailable(
+            f"malformed answer from Prometheus: {scrub(repr(exc), limit=200)}"
+        ) from None
     except (KeyError, TypeError, ValueError) as exc:
         raise MetricsUnavailable(
             f"malformed answer from Prometheus: {scrub(repr(exc), limit=200)}"
@@ -337,6 +343,14 @@ class PrometheusSource:
                 f"{what}: Prometheus answered more than {self.max_response_bytes} bytes "
                 "(PRESCALER_RECONCILE_PROMETHEUS_MAX_RESPONSE_BYTES); narrow the query"
             )
+        if isinstance(exc, requests.ConnectionError | requests.exceptions.RetryError):
+            # Its text starts with the whole query URL; the cause is what tells.
+            cause = exc.args[0] if exc.args else exc
+            cause = getattr(cause, "reason", None) or cause  # urllib3's MaxRetryError
+            text = self._message(_CONNECTION.sub(r"\1: ", str(cause)), 200)
+            if isinstance(exc, requests.exceptions.RetryError):
+                return MetricsUnavailable(f"{what}: Prometheus answered {text}")
+            return MetricsUnavailable(f"{what}: no connection to Prometheus: {text}")
         return MetricsUnavailable(f"{what}: {self._message(str(exc))}")
 
     def close(self) -> None:
