@@ -32,6 +32,7 @@ SCALER_OUTCOMES = (
     "permission_denied",
     "failed_precondition",
     "unavailable",
+    "resource_exhausted",
 )
 """Every value of its ``outcome`` label: ``ok``, or the gRPC code of a refusal."""
 _SECONDS = (0.01, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 120)

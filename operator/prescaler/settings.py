@@ -184,6 +184,34 @@ class ScalerSettings:
     periods (its checkpoints), so this stays well above that."""
     stream_seconds: float = 5.0
     """How often an ``external-push`` stream checks whether the plan reached or left zero."""
+    max_concurrent_rpcs: int = 512
+    """Calls served at once, push streams included; gRPC refuses more with
+    ``RESOURCE_EXHAUSTED`` (KEDA retries, then applies ``fallback``). KEDA makes about two
+    calls per ScaledObject and polling interval, each answered in milliseconds."""
+    max_streams: int = 256
+    """``StreamIsActive`` streams open at once (fewer than ``max_concurrent_rpcs``, so
+    streams never take every call's slot); another is refused with
+    ``RESOURCE_EXHAUSTED``. KEDA keeps one per ScaledObject with an ``external-push``
+    trigger, and still polls ``IsActive`` when its stream is refused."""
+    stream_max_seconds: float = 600.0
+    """A stream's lifetime (less up to a tenth at random): it then ends with ``OK`` and
+    KEDA opens it again about 2 s later, so no stream holds its slot for ever."""
+    max_message_bytes: int = 64 * 1024
+    """The largest request read (``grpc.max_receive_message_length``; gRPC's default is
+    4 MiB). A trigger's metadata is a few names, or with TLS settings in it a few PEM
+    blocks: well under 64 KiB."""
+    not_found_seconds: float = 10.0
+    """How long a pool found missing is answered ``NOT_FOUND`` without another read."""
+    unknown_reads: int = 2
+    """API reads at once of pools this replica has not found before (the known pools'
+    reads have threads of their own), so names that do not exist cannot take the reads
+    of the pools that do."""
+    unknown_queue: int = 64
+    """Lookups of pools not found before that wait for one of those reads; more are
+    refused at once with ``RESOURCE_EXHAUSTED`` and read nothing."""
+    remembered_pools: int = 10_000
+    """Pools kept as known, and names kept as missing, each (the least recently read
+    forgotten first): bounds the memory a flood of names can take."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -253,6 +281,19 @@ class OperatorSettings:
             raise ValueError("scaler mutual TLS (a client CA) needs a certificate and key")
         if scaler.cache_seconds < 0 or scaler.stream_seconds <= 0 or scaler.stale_periods <= 0:
             raise ValueError("scaler cache must be >= 0, its stream and stale periods > 0")
+        for label, count in (
+            ("max streams", scaler.max_streams),
+            ("max message bytes", scaler.max_message_bytes),
+            ("unknown reads", scaler.unknown_reads),
+            ("unknown queue", scaler.unknown_queue),
+            ("remembered pools", scaler.remembered_pools),
+        ):
+            if count < 1:
+                raise ValueError(f"scaler {label} must be >= 1")
+        if scaler.max_concurrent_rpcs <= scaler.max_streams:
+            raise ValueError("scaler max concurrent RPCs must exceed its max streams")
+        if scaler.stream_max_seconds <= 0 or scaler.not_found_seconds < 0:
+            raise ValueError("scaler stream lifetime must be > 0, its not-found period >= 0")
 
     @property
     def clusterwide(self) -> bool:

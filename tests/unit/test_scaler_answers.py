@@ -19,6 +19,7 @@ from prescaler.scaler import (
     check_namespace,
     parse_query,
 )
+from prescaler.scaler._answers import SHOWN_CHARS, shown
 from prescaler.settings import ScalerSettings
 
 NOW = 1_750_000_000.0
@@ -46,13 +47,29 @@ def refused(code: ErrorCode, fn: Any, *args: Any) -> str:
     return caught.value.message
 
 
-def test_the_trigger_names_the_pool_and_the_namespace_defaults_to_the_scaled_objects() -> None:
+def test_the_trigger_names_the_pool_in_the_scaled_objects_own_namespace() -> None:
     query = parse_query("so", "team-a", {"scalerAddress": "x:9090", "pool": "llama"})
     assert query == Query("team-a", "llama")
     assert query.metric_name == "prescaler-llama"
-    assert parse_query("so", "team-a", {"pool": "llama", "namespace": "team-b"}).namespace == (
-        "team-b"
-    )
+    same = parse_query("so", "team-a", {"pool": "llama", "namespace": "team-a"})
+    assert same == Query("team-a", "llama")
+
+
+def test_a_trigger_cannot_name_another_namespace() -> None:
+    """Trigger metadata ``namespace`` does not override the ScaledObject's: another one is
+    refused, in the same words whatever the pool, so nothing says whether it exists."""
+    messages = {
+        refused(
+            "PERMISSION_DENIED", parse_query, "so", "team-a", {"pool": pool, "namespace": other}
+        )
+        for pool in ("llama", "no-such-pool")
+        for other in ("team-b", "kube-system", "Team B")
+    }
+    assert len(messages) == 1
+    (message,) = messages
+    assert "ScaledObject team-a/so" in message
+    assert "its ScaledObject's namespace" in message
+    assert "team-b" not in message
 
 
 @pytest.mark.parametrize(
@@ -61,7 +78,6 @@ def test_the_trigger_names_the_pool_and_the_namespace_defaults_to_the_scaled_obj
         ({}, "needs 'pool'"),
         ({"pool": "  "}, "needs 'pool'"),
         ({"pool": "Llama_Chat"}, "not a Kubernetes object name"),
-        ({"pool": "llama", "namespace": "Team A"}, "not a namespace name"),
         ({"pool": "llama", "pol": "x"}, "unknown trigger metadata pol"),
     ],
 )
@@ -73,8 +89,29 @@ def test_malformed_metadata_is_an_invalid_argument_that_names_the_problem(
     assert "ScaledObject team-a/so" in message
 
 
-def test_a_namespace_is_needed_from_somewhere() -> None:
+def test_the_call_must_name_a_well_formed_namespace() -> None:
     assert "no namespace" in refused("INVALID_ARGUMENT", parse_query, "so", "", {"pool": "p"})
+    message = refused("INVALID_ARGUMENT", parse_query, "so", "Team A", {"pool": "p"})
+    assert "'Team A' is not a namespace name" in message
+
+
+def test_refusals_quote_client_text_short_and_escaped() -> None:
+    """Names and keys from the call reach the reply and the log only cut short and with
+    control characters escaped, however long they are."""
+    long = "x" * 100_000
+    control = "evil\n\x1b[31mred\r"
+    keys = {f"{long}{i}": "v" for i in range(50)} | {control: "v"}
+    message = refused("INVALID_ARGUMENT", parse_query, long, control, {"pool": "p", **keys})
+    assert len(message) < 10 * SHOWN_CHARS
+    assert message.isprintable()
+    assert "'evil\\n\\x1b[31mred\\r'" in message
+    assert "and 47 more" in message
+    for pool in (long, control):
+        message = refused("INVALID_ARGUMENT", parse_query, "so", "ns", {"pool": pool})
+        assert len(message) < 4 * SHOWN_CHARS
+        assert message.isprintable()
+    assert shown("llama-chat") == "llama-chat"
+    assert shown("x" * 65) == f"'{'x' * 64}'..."
 
 
 def test_keda_s_own_metadata_passes() -> None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import socket
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -27,15 +27,24 @@ STALE = 120.0
 
 
 class FakeApi:
-    """Pools by (namespace, name), as the API server has them; counts the reads."""
+    """Pools by (namespace, name), as the API server has them; counts the reads.
 
-    def __init__(self) -> None:
+    ``threads`` reads run at once at most, the others queue, as on the operator's client
+    (a pool of threads). While ``missing_hang`` is set, a read of a pool that does not
+    exist holds its thread until it is cleared (an API server slow to answer 404s)."""
+
+    def __init__(self, threads: int | None = None) -> None:
         self.pools: dict[tuple[str, str], dict[str, Any]] = {}
         self.reads = 0
         self.failing = False
+        self.threads = asyncio.Semaphore(threads) if threads else None
+        self.missing_hang = False
+        self.missing_released = asyncio.Event()
 
-    def put(self, name: str, replicas: int, age: float = 5.0, **spec: Any) -> None:
-        self.pools[("team-a", name)] = {
+    def put(
+        self, name: str, replicas: int, age: float = 5.0, namespace: str = "team-a", **spec: Any
+    ) -> None:
+        self.pools[(namespace, name)] = {
             "spec": {
                 "target": {"kind": "ScaledObject", "name": name},
                 "mode": "kedaTrigger",
@@ -48,7 +57,15 @@ class FakeApi:
         self, group: str, version: str, plural: str, namespace: str, name: str
     ) -> dict[str, Any]:
         assert (group, version, plural) == ("prescaler.io", "v1alpha1", "inferencepools")
+        if self.threads is None:
+            return await self._get(namespace, name)
+        async with self.threads:
+            return await self._get(namespace, name)
+
+    async def _get(self, namespace: str, name: str) -> dict[str, Any]:
         self.reads += 1
+        if self.missing_hang and (namespace, name) not in self.pools:
+            await self.missing_released.wait()
         if self.failing:
             raise KubeError("get_namespaced_custom_object: 503 Service Unavailable", 503)
         if (namespace, name) not in self.pools:
@@ -67,24 +84,33 @@ def ref(pool: str = "llama", **metadata: str) -> pb.ScaledObjectRef:
 Body = Callable[["pb_grpc.ExternalScalerAsyncStub", FakeApi, Metrics], Awaitable[None]]
 
 
-def serve(body: Body, tls: tuple[TlsFiles, grpc.ChannelCredentials] | None = None) -> Metrics:
+def serve(
+    body: Body,
+    tls: tuple[TlsFiles, grpc.ChannelCredentials] | None = None,
+    *,
+    api_threads: int | None = None,
+    reader: Mapping[str, Any] = {},
+    scaler: Mapping[str, Any] = {},
+    server: Mapping[str, Any] = {},
+) -> Metrics:
     """Run ``body`` with a client of a server started on a free port; returns the
-    server's metrics."""
-    api = FakeApi()
+    server's metrics. ``reader``, ``scaler`` and ``server``: limits passed to the
+    :class:`PoolReader`, the :class:`ExternalScaler` and :func:`start_server`."""
+    api = FakeApi(api_threads)
     metrics = Metrics()
 
     async def main() -> None:
         servicer = ExternalScaler(
-            PoolReader(api, cache_seconds=0),
+            PoolReader(api, cache_seconds=0, **reader),
             allowed_namespaces=("team-*",),
             stale_seconds=STALE,
             stream_seconds=0.01,
             counter=metrics,
             clock=lambda: NOW,
+            **scaler,
         )
-        server, port = await start_server(
-            servicer, 0, "127.0.0.1" if tls is None else "localhost", tls[0] if tls else None
-        )
+        host = "127.0.0.1" if tls is None else "localhost"
+        grpc_server, port = await start_server(servicer, 0, host, tls[0] if tls else None, **server)
         try:
             if tls is None:
                 channel = aio.insecure_channel(f"127.0.0.1:{port}")
@@ -93,7 +119,7 @@ def serve(body: Body, tls: tuple[TlsFiles, grpc.ChannelCredentials] | None = Non
             async with channel:
                 await body(pb_grpc.ExternalScalerStub(channel), api, metrics)
         finally:
-            await server.stop(None)
+            await grpc_server.stop(None)
 
     asyncio.run(main())
     return metrics
@@ -284,5 +310,256 @@ def test_a_taken_port_is_an_os_error_that_names_the_address() -> None:
             )
             with pytest.raises(OSError, match=f"cannot listen on 127.0.0.1:{port}"):
                 await start_server(servicer, port, "127.0.0.1")
+
+    asyncio.run(main())
+
+
+async def until(condition: Callable[[], bool], what: str) -> None:
+    """Wait for ``condition``; a generous deadline only turns a hang into a failure."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + 60
+    while not condition():
+        if loop.time() > deadline:
+            pytest.fail(f"still waiting for {what}")
+        await asyncio.sleep(0.01)
+
+
+async def once_admitted(call: Callable[[], Awaitable[Any]]) -> Any:
+    """``call()``, made again while it is refused ``RESOURCE_EXHAUSTED``: a slot frees
+    once the server has seen a client's cancel."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + 60
+    while True:
+        try:
+            return await call()
+        except aio.AioRpcError as error:
+            if error.code() != grpc.StatusCode.RESOURCE_EXHAUSTED or loop.time() > deadline:
+                raise
+        await asyncio.sleep(0.01)
+
+
+def test_a_trigger_cannot_read_a_pool_of_another_namespace() -> None:
+    """Trigger metadata ``namespace`` does not override the ScaledObject's: a call for
+    another namespace is refused before any read, in the same words whether the pool
+    exists or not."""
+
+    async def body(stub: pb_grpc.ExternalScalerAsyncStub, api: FakeApi, _: Metrics) -> None:
+        api.put("llama", 2, namespace="team-b")
+        api.put("llama", 3)
+        existing = await refused(stub.IsActive(ref("llama", namespace="team-b")))
+        missing = await refused(stub.IsActive(ref("nothing", namespace="team-b")))
+        assert existing.code() == missing.code() == grpc.StatusCode.PERMISSION_DENIED
+        assert existing.details() == missing.details()
+        request = pb.GetMetricsRequest(scaledObjectRef=ref("llama", namespace="team-b"))
+        metric = await refused(stub.GetMetrics(request))
+        assert metric.code() == grpc.StatusCode.PERMISSION_DENIED
+        spec = await refused(stub.GetMetricSpec(ref("llama", namespace="team-b")))
+        assert spec.code() == grpc.StatusCode.PERMISSION_DENIED
+        assert api.reads == 0
+        # Its own namespace, named or not, reads its own pool.
+        assert (await stub.GetMetrics(pb.GetMetricsRequest(scaledObjectRef=ref()))).metricValues[
+            0
+        ].metricValue == 3
+        own = pb.GetMetricsRequest(scaledObjectRef=ref("llama", namespace="team-a"))
+        assert (await stub.GetMetrics(own)).metricValues[0].metricValue == 3
+
+    metrics = serve(body)
+    assert calls(metrics, "IsActive", "permission_denied") == 2
+
+
+UNKNOWN_READS = 2
+UNKNOWN_QUEUE = 8
+
+
+def test_a_flood_of_unknown_pools_and_oversized_metadata_leaves_other_pools_answered() -> None:
+    """Hundreds of calls for pools that do not exist, while the API server is slow to say
+    so, and requests with oversized metadata: a known pool is still answered, the unknown
+    names cost at most their lane of reads, and the rest are refused at once."""
+
+    async def body(stub: pb_grpc.ExternalScalerAsyncStub, api: FakeApi, m: Metrics) -> None:
+        api.put("llama", 4)
+        assert (await stub.IsActive(ref())).result is True  # found once: a known pool
+        api.missing_hang = True
+        flood = [
+            asyncio.ensure_future(stub.IsActive(ref(f"ghost-{i}"), timeout=120)) for i in range(300)
+        ]
+        lane = UNKNOWN_READS + UNKNOWN_QUEUE
+        await until(lambda: sum(f.done() for f in flood) >= len(flood) - lane, "refusals")
+        await until(lambda: api.reads >= 1 + UNKNOWN_READS, "the lane's reads")
+        # Oversized: refused by gRPC before it is parsed.
+        huge = await refused(stub.IsActive(ref(big="x" * 256 * 1024)))
+        assert huge.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+        # Large, under the size limit: refused, quoting it short.
+        large = await refused(stub.GetMetricSpec(ref(**{"k" * 30_000: "v"})))
+        assert large.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert len(large.details() or "") < 500
+        # The known pool is answered while the flood's reads hang.
+        for _ in range(3):
+            assert (await stub.IsActive(ref(), timeout=60)).result is True
+            request = pb.GetMetricsRequest(scaledObjectRef=ref(), metricName="prescaler-llama")
+            assert (await stub.GetMetrics(request, timeout=60)).metricValues[0].metricValue == 4
+        ghost_reads = api.reads - 1 - 6
+        assert ghost_reads == UNKNOWN_READS  # the rest wait their turn or were refused
+        api.missing_hang = False
+        api.missing_released.set()
+        codes = []
+        for call in flood:
+            try:
+                await call
+            except aio.AioRpcError as error:
+                codes.append(error.code())
+        exhausted = codes.count(grpc.StatusCode.RESOURCE_EXHAUSTED)
+        assert codes.count(grpc.StatusCode.NOT_FOUND) == len(flood) - exhausted <= lane
+        assert calls(m, "IsActive", "resource_exhausted") == exhausted
+
+    serve(
+        body,
+        api_threads=4 + UNKNOWN_READS,  # as the operator's scaler client has
+        reader={"unknown_reads": UNKNOWN_READS, "unknown_queue": UNKNOWN_QUEUE},
+        server={"max_concurrent_rpcs": 1024},  # every refusal is the reader's, counted
+    )
+
+
+def test_a_missing_pool_is_remembered_and_a_created_one_is_found_after() -> None:
+    api = FakeApi()
+    clock = [0.0]
+    reader = PoolReader(api, cache_seconds=1.0, clock=lambda: clock[0], not_found_seconds=10)
+
+    async def main() -> None:
+        assert await reader.get("team-a", "llama") is None
+        clock[0] = 5.0
+        assert await reader.get("team-a", "llama") is None
+        assert api.reads == 1  # remembered as missing
+        api.put("llama", 2)
+        clock[0] = 10.5
+        assert await reader.get("team-a", "llama") is not None
+        assert api.reads == 2
+
+    asyncio.run(main())
+
+
+def test_push_streams_are_bounded_and_a_closed_one_frees_its_slot() -> None:
+    async def body(stub: pb_grpc.ExternalScalerAsyncStub, api: FakeApi, m: Metrics) -> None:
+        api.put("llama", 2)
+        streams = [stub.StreamIsActive(ref()) for _ in range(2)]
+        for stream in streams:
+            assert (await stream.read()).result is True
+        third = stub.StreamIsActive(ref())
+        with pytest.raises(aio.AioRpcError) as caught:
+            await third.read()
+        assert caught.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+        streams[0].cancel()
+        opened: list[Any] = []
+
+        async def open_one() -> Any:
+            opened.append(stub.StreamIsActive(ref()))
+            return await opened[-1].read()
+
+        assert (await once_admitted(open_one)).result is True
+        for stream in (streams[1], opened[-1]):
+            stream.cancel()
+
+    metrics = serve(body, scaler={"max_streams": 2})
+    assert calls(metrics, "StreamIsActive", "resource_exhausted") >= 1
+
+
+def test_a_push_stream_ends_cleanly_after_its_lifetime_so_keda_opens_it_again() -> None:
+    async def body(stub: pb_grpc.ExternalScalerAsyncStub, api: FakeApi, _: Metrics) -> None:
+        api.put("llama", 2)
+        stream = stub.StreamIsActive(ref(), timeout=60)  # a deadline turns a hang into a fail
+        assert (await stream.read()).result is True
+        assert await stream.read() is aio.EOF
+        assert await stream.code() == grpc.StatusCode.OK
+
+    serve(body, scaler={"stream_max_seconds": 0.05})
+
+
+def test_calls_beyond_the_concurrency_bound_are_refused_and_the_server_recovers() -> None:
+    async def body(stub: pb_grpc.ExternalScalerAsyncStub, api: FakeApi, _: Metrics) -> None:
+        api.put("llama", 2)
+        streams = [stub.StreamIsActive(ref()) for _ in range(2)]
+        for stream in streams:
+            assert (await stream.read()).result is True
+        error = await refused(stub.IsActive(ref()))
+        assert error.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+        for stream in streams:
+            stream.cancel()
+        assert (await once_admitted(lambda: stub.IsActive(ref()))).result is True
+
+    serve(body, scaler={"max_streams": 4}, server={"max_concurrent_rpcs": 2})
+
+
+def _install(directory: Path, files: dict[str, bytes], version: int) -> None:
+    """Write ``files`` as a Secret volume does: into a new directory that the ``..data``
+    link is swapped to at once, each file a link through it."""
+    target = directory / f"..v{version}"
+    target.mkdir()
+    for name, data in files.items():
+        (target / name).write_bytes(data)
+    swap = directory / "..data_tmp"
+    swap.symlink_to(target.name)
+    swap.replace(directory / "..data")
+    for name in files:
+        link = directory / name
+        if not link.is_symlink():
+            link.symlink_to(Path("..data") / name)
+
+
+def test_a_renewed_certificate_serves_new_connections(tmp_path: Path) -> None:
+    """The certificate files change in place (cert-manager renews the Secret): a new
+    connection gets the new certificate, and files that do not belong together (a key of
+    another certificate) leave the last good one in service."""
+    first_ca, renewed_ca, client_ca = trustme.CA(), trustme.CA(), trustme.CA()
+    first, renewed = first_ca.issue_cert("localhost"), renewed_ca.issue_cert("localhost")
+    client = client_ca.issue_cert("keda-operator")
+
+    def pems(cert: trustme.LeafCert, key: trustme.LeafCert) -> dict[str, bytes]:
+        return {
+            "tls.crt": b"".join(blob.bytes() for blob in cert.cert_chain_pems),
+            "tls.key": key.private_key_pem.bytes(),
+            "ca.crt": client_ca.cert_pem.bytes(),
+        }
+
+    _install(tmp_path, pems(first, first), 1)
+    tls = TlsFiles(tmp_path / "tls.crt", tmp_path / "tls.key", tmp_path / "ca.crt")
+    api = FakeApi()
+    api.put("llama", 2)
+
+    async def answer_from(port: int, ca: trustme.CA) -> grpc.StatusCode:
+        """A new connection that trusts only ``ca``: OK when the server's certificate is
+        one of ``ca``'s."""
+        credentials = grpc.ssl_channel_credentials(
+            root_certificates=ca.cert_pem.bytes(),
+            private_key=client.private_key_pem.bytes(),
+            certificate_chain=client.cert_chain_pems[0].bytes(),
+        )
+        options = [("grpc.use_local_subchannel_pool", 1)]  # a connection of its own
+        async with aio.secure_channel(f"localhost:{port}", credentials, options) as channel:
+            try:
+                await pb_grpc.ExternalScalerStub(channel).IsActive(ref(), timeout=30)
+            except aio.AioRpcError as error:
+                return error.code()
+            return grpc.StatusCode.OK
+
+    async def main() -> None:
+        servicer = ExternalScaler(
+            PoolReader(api, cache_seconds=0),
+            stale_seconds=STALE,
+            stream_seconds=1,
+            clock=lambda: NOW,
+        )
+        server, port = await start_server(servicer, 0, "localhost", tls)
+        try:
+            assert await answer_from(port, first_ca) == grpc.StatusCode.OK
+            assert await answer_from(port, renewed_ca) == grpc.StatusCode.UNAVAILABLE
+            _install(tmp_path, pems(renewed, renewed), 2)
+            assert await answer_from(port, renewed_ca) == grpc.StatusCode.OK
+            assert await answer_from(port, first_ca) == grpc.StatusCode.UNAVAILABLE
+            _install(tmp_path, pems(first, renewed), 3)  # mismatched: not taken
+            assert await answer_from(port, renewed_ca) == grpc.StatusCode.OK
+            _install(tmp_path, pems(first, first), 4)
+            assert await answer_from(port, first_ca) == grpc.StatusCode.OK
+        finally:
+            await server.stop(None)
 
     asyncio.run(main())

@@ -51,7 +51,8 @@ TLS_CLOSE_GRACE_SECONDS = 0.5
 """How long a stopping operator lets closed TLS connections finish closing."""
 
 SCALER_THREADS = 4
-"""API client threads of the KEDA external scaler (one GET per pool per cache period)."""
+"""API client threads of the KEDA external scaler for the pools it knows (one GET per pool
+per cache period); the lookups of pools not found before have ``unknown_reads`` more."""
 SCALER_GRACE_SECONDS = 1.0
 """How long a stopping operator lets the scaler's calls in flight finish."""
 
@@ -250,22 +251,34 @@ async def serve_scaler(
     ss = settings.scaler
     if ss.port == 0:
         return None
-    kube = KubeClient(
-        load_api_client(settings.reconcile.kubeconfig, pool_size=SCALER_THREADS), SCALER_THREADS
-    )
+    threads = SCALER_THREADS + ss.unknown_reads
+    kube = KubeClient(load_api_client(settings.reconcile.kubeconfig, pool_size=threads), threads)
     servicer = external_scaler(
         kube,
         allowed_namespaces=settings.watch.namespaces,
         stale_seconds=ss.stale_periods * settings.reconcile.interval_seconds,
         stream_seconds=ss.stream_seconds,
         cache_seconds=ss.cache_seconds,
+        max_streams=ss.max_streams,
+        stream_max_seconds=ss.stream_max_seconds,
+        not_found_seconds=ss.not_found_seconds,
+        unknown_reads=ss.unknown_reads,
+        unknown_queue=ss.unknown_queue,
+        remembered_pools=ss.remembered_pools,
         counter=metrics,
     )
     tls = None
     if ss.tls_cert is not None and ss.tls_key is not None:
         tls = TlsFiles(Path(ss.tls_cert), Path(ss.tls_key), Path(ss.tls_ca) if ss.tls_ca else None)
     try:
-        server, _ = await start_server(servicer, ss.port, ss.host, tls)
+        server, _ = await start_server(
+            servicer,
+            ss.port,
+            ss.host,
+            tls,
+            max_concurrent_rpcs=ss.max_concurrent_rpcs,
+            max_message_bytes=ss.max_message_bytes,
+        )
     except BaseException:
         kube.close()
         raise

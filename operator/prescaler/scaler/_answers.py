@@ -2,9 +2,12 @@
 
 A ScaledObject's trigger of type ``external`` (or ``external-push``) names a pool in its
 metadata; KEDA passes that metadata, with the ScaledObject's name and namespace, on every
-call. :func:`parse_query` turns it into a :class:`Query`, :func:`answer` turns the pool
-object as the API server has it into the plan KEDA scales to, and every refusal is a
-:class:`ScalerError` whose :attr:`~ScalerError.code` the gRPC layer maps to a status code.
+call. :func:`parse_query` turns it into a :class:`Query` (always in the ScaledObject's own
+namespace), :func:`answer` turns the pool object as the API server has it into the plan
+KEDA scales to, and every refusal is a :class:`ScalerError` whose
+:attr:`~ScalerError.code` the gRPC layer maps to a status code. A refusal quotes what the
+client sent only through :func:`shown`: cut short and escaped, so neither the reply nor a
+log line repeats client text of any length or with control characters.
 
 The metric is the pool's planned replicas (``status.desiredReplicas``) against a target of
 1 per replica, so the HPA that KEDA makes asks for exactly the plan (beside other triggers,
@@ -21,7 +24,12 @@ from datetime import datetime
 from typing import Any, Literal
 
 ErrorCode = Literal[
-    "INVALID_ARGUMENT", "NOT_FOUND", "PERMISSION_DENIED", "FAILED_PRECONDITION", "UNAVAILABLE"
+    "INVALID_ARGUMENT",
+    "NOT_FOUND",
+    "PERMISSION_DENIED",
+    "FAILED_PRECONDITION",
+    "UNAVAILABLE",
+    "RESOURCE_EXHAUSTED",
 ]
 """The gRPC status codes a refusal carries (their names in ``grpc.StatusCode``)."""
 
@@ -37,6 +45,20 @@ TARGET_SIZE = 1
 KEDA_MODE = "kedaTrigger"
 _NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
 _NAMESPACE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+_PLAIN = re.compile(r"^[A-Za-z0-9._-]*$")
+SHOWN_CHARS = 64
+"""The most characters of one client string a refusal quotes."""
+SHOWN_KEYS = 4
+"""The most unknown metadata keys a refusal names (then how many more)."""
+
+
+def shown(text: str, limit: int = SHOWN_CHARS) -> str:
+    """Client text as a refusal quotes it: a plain short name as it is; anything else
+    escaped (``ascii``, quoted) and cut to ``limit`` characters, marked ``...``."""
+    if len(text) <= limit and _PLAIN.match(text):
+        return text
+    quoted = ascii(text[:limit])
+    return f"{quoted}..." if len(text) > limit else quoted
 
 
 class ScalerError(Exception):
@@ -82,15 +104,23 @@ class Plan:
 def parse_query(
     scaled_object: str, scaled_object_namespace: str, metadata: Mapping[str, str]
 ) -> Query:
-    """The pool a trigger names: ``pool`` (required) and ``namespace`` (default: the
-    ScaledObject's). Unknown keys are refused, so a typo is an error and not a default."""
+    """The pool a trigger names: ``pool`` (required), in the ScaledObject's namespace.
+
+    A trigger reads only the pools of its own namespace, as a pool's target is in the
+    pool's: ``namespace`` may repeat the ScaledObject's, and any other is refused
+    (``PERMISSION_DENIED``) before any pool is read, so the refusal says nothing of whether
+    such a pool exists. Unknown keys are refused, so a typo is an error and not a
+    default."""
     unknown = sorted(k for k in metadata if k not in KEDA_KEYS | {POOL_KEY, NAMESPACE_KEY})
-    where = f"ScaledObject {scaled_object_namespace or '?'}/{scaled_object or '?'}"
+    where = f"ScaledObject {shown(scaled_object_namespace) or '?'}/{shown(scaled_object) or '?'}"
     if unknown:
+        named = ", ".join(shown(k) for k in unknown[:SHOWN_KEYS])
+        if len(unknown) > SHOWN_KEYS:
+            named += f" and {len(unknown) - SHOWN_KEYS} more"
         raise ScalerError(
             "INVALID_ARGUMENT",
-            f"{where}: unknown trigger metadata {', '.join(unknown)}; prescaler reads "
-            f"'{POOL_KEY}' (required) and '{NAMESPACE_KEY}' (default: the ScaledObject's)",
+            f"{where}: unknown trigger metadata {named}; prescaler reads "
+            f"'{POOL_KEY}' (required) and '{NAMESPACE_KEY}' (only the ScaledObject's own)",
         )
     pool = metadata.get(POOL_KEY, "").strip()
     if not pool:
@@ -100,17 +130,22 @@ def parse_query(
         )
     if not _NAME.match(pool):
         raise ScalerError(
-            "INVALID_ARGUMENT", f"{where}: '{POOL_KEY}' {pool!r} is not a Kubernetes object name"
-        )
-    namespace = metadata.get(NAMESPACE_KEY, "").strip() or scaled_object_namespace
-    if not namespace:
-        raise ScalerError(
             "INVALID_ARGUMENT",
-            f"{where}: no namespace: give '{NAMESPACE_KEY}' in the trigger metadata",
+            f"{where}: '{POOL_KEY}' {shown(pool)} is not a Kubernetes object name",
         )
+    namespace = scaled_object_namespace
+    if not namespace:
+        raise ScalerError("INVALID_ARGUMENT", f"{where}: the call names no namespace")
     if not _NAMESPACE.match(namespace):
         raise ScalerError(
-            "INVALID_ARGUMENT", f"{where}: namespace {namespace!r} is not a namespace name"
+            "INVALID_ARGUMENT", f"{where}: namespace {shown(namespace)} is not a namespace name"
+        )
+    asked = metadata.get(NAMESPACE_KEY, "").strip()
+    if asked and asked != namespace:
+        raise ScalerError(
+            "PERMISSION_DENIED",
+            f"{where}: a trigger reads only the pools of its ScaledObject's namespace; "
+            f"drop '{NAMESPACE_KEY}' from its metadata",
         )
     return Query(namespace, pool)
 
