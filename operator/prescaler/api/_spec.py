@@ -756,6 +756,10 @@ _NO_ROLE_STANDBY = (
 )
 
 
+PlanningPolicy = Literal["auto", "forecast", "reactive"]
+"""``spec.policy``: how a pool plans (:class:`InferencePoolSpec`)."""
+
+
 class InferencePoolSpec(WireModel):
     """Desired behaviour of one inference fleet."""
 
@@ -787,6 +791,15 @@ class InferencePoolSpec(WireModel):
     """Cold start of a replica: measured or fixed, plus a margin."""
     forecast: ForecastSpec | None = None
     """Demand metrics and forecasting; without it only schedules and bounds apply."""
+    policy: PlanningPolicy = "auto"
+    """How the pool plans its replicas: ``forecast`` (ahead of demand, on the forecast and
+    the risk model), ``reactive`` (as its shadow HPA would, at the pool's HPA target,
+    still honouring windows, standby, prewarm, degradation and ``minReplicas``), or
+    ``auto``: the one that lies best against the HPA's curve on the pool's own history,
+    replayed under both (the forecast only with a clear margin below the curve, the
+    cheaper within it), re-checked daily with hysteresis. ``status.policy`` says which is
+    in force, why and since when. A pool without ``forecast`` plans on its windows and
+    floor alone, whatever this says."""
     schedules: list[WindowSpec] = Field(
         default_factory=list,
         max_length=64,

@@ -19,13 +19,13 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from prescaler.api import InferencePoolSpec, risk_objective
+from prescaler.backtest._auto import FORECAST_CANDIDATE, candidates, evidence_in, hpa_name
 from prescaler.backtest._demand import MINUTE, Demand, demand_from_trace
-from prescaler.backtest._policies import PredictivePolicy
-from prescaler.backtest._run import ReplayOptions, backtest
+from prescaler.backtest._run import ReplayOptions
 from prescaler.backtest._simulate import FleetConfig, Score
 from prescaler.backtest.traces import Trace
 from prescaler.capacity import CapacityModel
-from prescaler.planning import LEVEL_BUCKETS, PeakRisk
+from prescaler.planning import LEVEL_BUCKETS, Evidence, PeakRisk
 
 __all__ = [
     "REPLAY_SECONDS",
@@ -56,6 +56,9 @@ class HistoryCalibration:
     """The reactive HPA's score on the same demand and fleet."""
     demand: float
     """Demand replayed (requests: the sum of the per-minute rates times 60 s)."""
+    evidence: Evidence | None = None
+    """The forecast planner against the HPA swept over its target on the replayed demand
+    (what ``spec.policy: auto`` weighs)."""
 
 
 def replay_span(history_seconds: float, min_seconds: float) -> float | None:
@@ -102,28 +105,33 @@ def calibrate_from_history(
     (:class:`prescaler.api.SpecError` for the spec) on what cannot be replayed."""
     if spec.forecast is None:
         raise ValueError("a pool without spec.forecast has no risk model to calibrate")
-    run = backtest(
+    # The forecast planner (whatever spec.policy says: its risk model is what is seeded)
+    # and the HPA swept over its target, on the same demand: the evidence spec.policy
+    # auto weighs.
+    run, predictive = candidates(
         spec,
         demand,
-        ("predictive", "reactive"),
         capacity=capacity,
         config=config,
         options=options,
-        degradation=None,
+        hpa_target=options.hpa_target,
+        lead_in_seconds=0.0,
     )
-    predictive = next(p for p in run.policies if isinstance(p, PredictivePolicy))
     risk = predictive.risk or PeakRisk()
     # The replay's open lookaheads refer to its own fleet: the live loop starts afresh.
     risk = replace(risk, pending=(), observed_at=None)
     if not risk.levels:
         risk = replace(risk, levels=(risk_objective(spec).level,) * LEVEL_BUCKETS)
-    scores = run.result.scores
+    scores = run.scores
     replayed = demand.replay_tokens_per_s
     observed = np.asarray(demand.observed_requests_per_s[demand.replay_from :], dtype=float)
     return HistoryCalibration(
         risk=risk,
         replayed_seconds=len(replayed) * MINUTE,
-        predictive=scores["predictive"],
-        reactive=scores["reactive"],
+        predictive=scores[FORECAST_CANDIDATE],
+        reactive=scores[hpa_name(options.hpa_target)],
         demand=float(np.nansum(observed) * MINUTE),
+        evidence=evidence_in(
+            {name: score.as_dict() for name, score in scores.items()}, options.hpa_target
+        ),
     )

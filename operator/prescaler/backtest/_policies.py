@@ -33,6 +33,8 @@ from prescaler.planning import (
     ForecastLike,
     PeakRisk,
     PlanInputs,
+    PolicyChoice,
+    PolicyName,
     RiskObjective,
     ScalePlan,
     ScalingPolicy,
@@ -627,3 +629,56 @@ class KedaPolicy:
     def decide(self, obs: Observation) -> int:
         plan = self.predictive.decide(obs)
         return self.reactive.decide(obs, external=plan)
+
+
+@dataclass
+class AutoPolicy:
+    """``spec.policy: auto`` (or a fixed ``reactive``), as the operator runs it: the
+    forecast planner and the HPA both decide at every step on this fleet, and the one in
+    force per ``schedule`` (``(from, policy)`` in time order, the choices the daily
+    re-checks made) is what the fleet gets. In reactive mode the scheduled windows still
+    hold their floors, as the operator's planner keeps them."""
+
+    predictive: PredictivePolicy
+    reactive: ReactivePolicy
+    schedule: Sequence[tuple[float, PolicyName]]
+    windows: ScheduleOnlyPolicy | None = None
+    choices: Sequence[PolicyChoice] = ()
+    """The daily re-checks' choices the schedule came from (none for a fixed policy)."""
+    name: str = "predictive"
+    decisions: dict[PolicyName, int] = field(default_factory=dict)
+    """Decisions made in each mode."""
+
+    @property
+    def interval_seconds(self) -> float:
+        return self.predictive.interval_seconds
+
+    @property
+    def standby(self) -> int:
+        return self.predictive.standby
+
+    @property
+    def drivers(self) -> dict[Driver, tuple[int, float]]:
+        return self.predictive.drivers
+
+    @property
+    def last_forecast(self) -> ForecastLike | None:
+        return self.predictive.last_forecast
+
+    def in_force(self, now: float) -> PolicyName:
+        mode: PolicyName = "forecast"
+        for start, policy in self.schedule:
+            if start > now:
+                break
+            mode = policy
+        return mode
+
+    def decide(self, obs: Observation) -> int:
+        planned = self.predictive.decide(obs)
+        hpa = self.reactive.decide(obs)
+        mode = self.in_force(obs.now)
+        self.decisions[mode] = self.decisions.get(mode, 0) + 1
+        if mode == "forecast":
+            return planned
+        floor = self.windows.decide(obs) if self.windows is not None else 0
+        return max(hpa, floor)

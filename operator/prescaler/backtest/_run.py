@@ -39,10 +39,12 @@ from prescaler.api import (
     scaling_policy,
     scheduled_windows,
 )
+from prescaler.backtest._auto import auto_schedule, candidates, daily_choices
 from prescaler.backtest._demand import Demand
 from prescaler.backtest._fleet import replicas_needed
 from prescaler.backtest._levels import DegradationSetup
 from prescaler.backtest._policies import (
+    AutoPolicy,
     KedaPolicy,
     OraclePolicy,
     PersistencePolicy,
@@ -59,7 +61,7 @@ from prescaler.backtest._roles import DisaggregatedResult
 from prescaler.backtest._shadow import ShadowHpa, ShadowSetup
 from prescaler.backtest._simulate import FleetConfig, Progress
 from prescaler.capacity import CapacityModel, Role
-from prescaler.planning import ScheduledWindow, event_windows
+from prescaler.planning import PolicyChoice, PolicyName, ScheduledWindow, event_windows
 from prescaler.settings import ReconcileSettings
 
 POLICIES = (
@@ -361,9 +363,51 @@ def build_policies(
             )
         else:
             built.append(
-                predictive_policy(spec, demand, capacity=capacity, config=config, options=options)
+                planned_policy(spec, demand, capacity=capacity, config=config, options=options)
             )
     return built
+
+
+def planned_policy(
+    spec: InferencePoolSpec,
+    demand: Demand,
+    *,
+    capacity: CapacityModel,
+    config: FleetConfig,
+    options: ReplayOptions,
+) -> PredictivePolicy | AutoPolicy:
+    """The pool as the operator plans it, per ``spec.policy``: the forecast planner
+    (``forecast``, or any pool without ``spec.forecast``), the HPA at the pool's target
+    with the windows' floors (``reactive``), or the one the daily re-checks choose on the
+    replayed demand (``auto``, :mod:`prescaler.backtest._auto`)."""
+    predictive = predictive_policy(spec, demand, capacity=capacity, config=config, options=options)
+    if spec.forecast is None or spec.policy == "forecast":
+        return predictive
+    windows = list(options.windows_of(spec))
+    floors = (
+        ScheduleOnlyPolicy(windows, capacity, config.min_replicas, config.max_replicas)
+        if windows
+        else None
+    )
+    choices: list[PolicyChoice] = []
+    if spec.policy == "auto":
+        runs, _ = candidates(
+            spec,
+            demand,
+            capacity=capacity,
+            config=config,
+            options=options,
+            hpa_target=options.hpa_target,
+        )
+        choices = daily_choices(runs, options.hpa_target)
+    fixed: PolicyName | None = "reactive" if spec.policy == "reactive" else None
+    return AutoPolicy(
+        predictive,
+        reactive_policy(config, options.hpa_target),
+        auto_schedule(choices, fixed),
+        floors,
+        choices,
+    )
 
 
 def degradation_setup(
@@ -416,6 +460,35 @@ class Backtest:
                     "gpu_hour_share": round(t / seconds, 4),
                 }
                 for name, (n, t) in sorted(drivers.items(), key=lambda kv: -kv[1][1])
+            }
+        return out
+
+    def policy_json(self) -> dict[str, Any]:
+        """Per policy run under ``spec.policy`` ``auto`` or ``reactive``: each daily check
+        (when, the verdict in force after it, the forecast's frontier ratio that day),
+        the switches, the decisions made in each mode and the policy it ended on."""
+        out: dict[str, Any] = {}
+        for policy in self.policies:
+            if not isinstance(policy, AutoPolicy):
+                continue
+            ended = policy.in_force(math.inf)
+            out[policy.name] = {
+                "ended_on": ended,
+                "switches": max(0, len(policy.schedule) - 1)
+                + (1 if policy.choices and policy.schedule[0][1] != "forecast" else 0),
+                "decisions": dict(policy.decisions),
+                "checks": [
+                    {
+                        "at": c.checked_at,
+                        "policy": c.policy,
+                        "frontier_ratio": (
+                            None
+                            if c.ratio is None
+                            else (round(c.ratio, 4) if math.isfinite(c.ratio) else "inf")
+                        ),
+                    }
+                    for c in policy.choices
+                ],
             }
         return out
 

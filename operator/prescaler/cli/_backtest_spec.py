@@ -84,6 +84,8 @@ def with_policy_flags(raw: dict[str, Any], args: argparse.Namespace) -> dict[str
         raw["objective"] = {**(raw.get("objective") or {}), **objective}
     if args.lead_margin_seconds is not None:
         raw.setdefault("coldStart", {})["marginSeconds"] = args.lead_margin_seconds
+    if getattr(args, "policy", None) is not None:
+        raw["policy"] = args.policy
     scale_down: dict[str, Any] = {}
     if args.scale_down_stabilization_seconds is not None:
         scale_down["stabilizationSeconds"] = args.scale_down_stabilization_seconds

@@ -318,6 +318,13 @@ def register(subparsers: Any) -> None:
         help=f"spec.coldStart.marginSeconds (default {ColdStartSpec.default_of('margin_seconds')})",
     )
     pol.add_argument(
+        "--policy",
+        choices=("auto", "forecast", "reactive"),
+        help="spec.policy: how the predictive policy plans, on the forecast, as the HPA at "
+        "--hpa-target, or the one the daily re-checks of both on the replayed demand choose "
+        f"(default {InferencePoolSpec.default_of('policy')})",
+    )
+    pol.add_argument(
         "--served-fraction",
         type=_share,
         help="spec.objective.servedFraction: the absolute objective, the share of demand to "
@@ -719,6 +726,7 @@ def write_report(
             **result.settings_json(),
             **scored,
             "drivers": result.drivers(),
+            **({"policy_choice": result.policy_json()} if result.policy_json() else {}),
             **({"disaggregated": result.roles_json(spans)} if result.roles else {}),
         },
     )

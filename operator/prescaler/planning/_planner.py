@@ -110,12 +110,14 @@ Driver = Literal[
     "stabilization",
     "missing-data",
     "unschedulable",
+    "reactive",
 ]
 """The rule a decision's replica count comes from: a requirement (``forecast``: the
 forecast or the peak risk model; ``observed``: the nowcast guard; ``queue``; ``window``;
 ``floor``: min/maxReplicas), or what held replicas the requirement would release
 (``release``: what the lookahead still needs; ``memory``: the recent targets;
-``stabilization``: too soon after a scale; ``missing-data``; ``unschedulable``)."""
+``stabilization``: too soon after a scale; ``missing-data``; ``unschedulable``), or
+``reactive``: the pool plans as its HPA would (``spec.policy``), the HPA's count."""
 
 
 class DemandPoint(Protocol):
@@ -267,6 +269,11 @@ class PlanInputs:
     period). The lookahead covers it too, since capacity the next decision asks for is
     ready only one cold start after *that* decision: so every replica a need calls for is
     Ready at least ``lead_margin_seconds`` before it, whenever the decisions fall."""
+    reactive_replicas: int | None = None
+    """The replicas the pool's HPA holds (its shadow HPA, at the pool's target), when the
+    pool plans as its HPA would (``spec.policy``): that count replaces what the forecast,
+    the observation and the queue ask, and nothing is remembered beyond it (the HPA's own
+    stabilization is in the count). Windows, standby and the bounds apply as ever."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -577,6 +584,12 @@ def plan(inputs: PlanInputs) -> ScalePlan:
                 )
             )
 
+    reactive = inputs.reactive_replicas
+    if reactive is not None:
+        # Planning as the HPA would: its count is what demand asks for.
+        n = max(0, reactive)
+        candidates = [(n, "compute", f"reactive: the pool's HPA holds {n}", "reactive")]
+
     # What demand asks for (forecast, observation, queue): the memory keeps these only, as
     # a window's floor is known in advance and ends when the window does.
     demand_target = min(max((c[0] for c in candidates), default=0), policy.max_replicas)
@@ -617,7 +630,7 @@ def plan(inputs: PlanInputs) -> ScalePlan:
     floor_driver: Driver = "window" if window_floor > policy.min_replicas else "floor"
     # With the risk model, a release keeps what it sizes for the lookahead (a released
     # replica can be back, ready, within it): the target itself, so nothing more here.
-    if risk_sized is None and keep_peak is not None:
+    if risk_sized is None and keep_peak is not None and reactive is None:
         # The guard will ask for observed demand x headroom within that period, and the
         # upper band is where observed demand is expected to stay.
         guard = policy.observed_headroom if seen else 1.0
@@ -629,7 +642,7 @@ def plan(inputs: PlanInputs) -> ScalePlan:
     # one decision to the next does not flap the fleet.
     memory = lookahead + period * (RISK_MEMORY_PERIODS if risk_sized is not None else 1)
     recent = _remember(fleet.recent_targets, now, demand_target, memory)
-    if not idle:
+    if not idle and reactive is None:
         remembered = max((r for t, r in recent if t < now), default=0)
         if min(remembered, policy.max_replicas) > hard_floor:
             hard_floor, floor_driver = min(remembered, policy.max_replicas), "memory"

@@ -1,0 +1,190 @@
+"""Which way a pool plans, from its own evidence: on the forecast, or as its HPA would.
+
+Not every pool's traffic can be foretold. A pool that sets ``spec.policy: auto`` (the
+default) replays its own recent demand under both candidates (the forecast planner at
+the pool's settings, and the HPA algorithm at a sweep of targets) and plans with the one
+that lies best against the HPA's curve on that demand:
+
+* The **frontier ratio** of the forecast planner is its unserved demand over the HPA
+  curve's at the same GPU-hours (:func:`frontier_ratio`). The reactive policy lies on that
+  curve: its ratio is 1 by definition.
+* The forecast is chosen with a clear margin below the curve (ratio at most
+  ``1 - margin``); within the margin of it, the cheaper of the two by GPU-hours; beyond
+  it, the reactive policy (:func:`judge`).
+* The first verdict (from the history a new pool replays) is taken at once. Later ones
+  (a daily re-check) switch only when the other candidate wins on ``days`` checks in a row
+  (:func:`recheck`): one odd day does not flip the pool.
+
+Pure: plain numbers in, a :class:`PolicyChoice` value out.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from typing import Literal
+
+__all__ = [
+    "POLICY_MARGIN",
+    "POLICY_SWITCH_DAYS",
+    "Evidence",
+    "PolicyChoice",
+    "PolicyName",
+    "Verdict",
+    "frontier_ratio",
+    "judge",
+    "recheck",
+]
+
+PolicyName = Literal["forecast", "reactive"]
+
+POLICY_MARGIN = 0.2
+"""How clearly the forecast must lie below the HPA's curve to be chosen (frontier ratio at
+most 0.8), and within how much of the curve the cheaper candidate wins."""
+POLICY_SWITCH_DAYS = 2
+"""Daily re-checks in a row the other candidate must win before the pool switches."""
+
+
+@dataclass(frozen=True, slots=True)
+class Evidence:
+    """Both candidates replayed on the same demand (a pool's history, or its last day)."""
+
+    forecast_unserved: float
+    """The forecast planner's unserved demand, as a share of the demand."""
+    forecast_gpu_hours: float
+    reactive_unserved: float
+    """The HPA at the pool's target: its unserved share."""
+    reactive_gpu_hours: float
+    hpa_curve: tuple[tuple[float, float], ...]
+    """The HPA swept over its target: ``(gpu_hours, unserved)`` points."""
+
+    def __post_init__(self) -> None:
+        numbers = (
+            self.forecast_unserved,
+            self.forecast_gpu_hours,
+            self.reactive_unserved,
+            self.reactive_gpu_hours,
+            *(x for point in self.hpa_curve for x in point),
+        )
+        if not all(math.isfinite(x) and x >= 0 for x in numbers):
+            raise ValueError("evidence must be finite and non-negative")
+        if len(self.hpa_curve) < 2:
+            raise ValueError("the HPA's curve needs at least two points")
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """What one piece of evidence says."""
+
+    policy: PolicyName
+    ratio: float | None
+    """The forecast's frontier ratio (``inf``: the curve leaves nothing waiting there and
+    the forecast does; ``None``: neither leaves anything waiting)."""
+    reason: str
+
+
+def frontier_ratio(
+    unserved: float, gpu_hours: float, curve: Sequence[tuple[float, float]]
+) -> float | None:
+    """``unserved`` over the HPA curve's unserved at ``gpu_hours`` (linear between its
+    points). Past either end of the curve the end's value stands: a plan dearer than the
+    HPA's dearest point is held to what that point leaves waiting, one cheaper than its
+    cheapest to what that one leaves. ``inf`` where the curve leaves nothing waiting and
+    ``unserved`` is not nothing; ``None`` where neither leaves anything."""
+    points = sorted(curve)
+    xs = [x for x, _ in points]
+    ys = [y for _, y in points]
+    if gpu_hours <= xs[0]:
+        on_curve = ys[0]
+    elif gpu_hours >= xs[-1]:
+        on_curve = ys[-1]
+    else:
+        i = next(k for k in range(1, len(xs)) if xs[k] >= gpu_hours)
+        span = xs[i] - xs[i - 1]
+        w = (gpu_hours - xs[i - 1]) / span if span > 0 else 1.0
+        on_curve = ys[i - 1] + w * (ys[i] - ys[i - 1])
+    if on_curve <= 0:
+        return None if unserved <= 0 else math.inf
+    return unserved / on_curve
+
+
+def judge(evidence: Evidence, margin: float = POLICY_MARGIN) -> Verdict:
+    """The candidate the evidence favours (see the module docstring)."""
+    if not 0 <= margin < 1:
+        raise ValueError("the margin must be in [0, 1)")
+    e = evidence
+    ratio = frontier_ratio(e.forecast_unserved, e.forecast_gpu_hours, e.hpa_curve)
+    cost = e.forecast_gpu_hours / e.reactive_gpu_hours if e.reactive_gpu_hours > 0 else math.inf
+    said = (
+        f"the forecast left {e.forecast_unserved:.3%} waiting at {cost:.2f} x the HPA's "
+        f"GPU-hours (the HPA {e.reactive_unserved:.3%})"
+    )
+    cheaper: PolicyName = "forecast" if e.forecast_gpu_hours < e.reactive_gpu_hours else "reactive"
+    if ratio is None:
+        return Verdict(cheaper, None, f"{said}: neither left demand waiting, the cheaper plans")
+    if ratio <= 1 - margin:
+        return Verdict("forecast", ratio, f"{said}: {ratio:.2f} of the HPA's curve")
+    if ratio < 1 + margin:
+        return Verdict(
+            cheaper,
+            ratio,
+            f"{said}: {ratio:.2f} of the HPA's curve, within the margin, the cheaper plans",
+        )
+    shown = "beyond" if math.isinf(ratio) else f"{ratio:.2f} of"
+    return Verdict("reactive", ratio, f"{said}: {shown} the HPA's curve")
+
+
+@dataclass(frozen=True, slots=True)
+class PolicyChoice:
+    """The policy a pool plans with, why, and since when."""
+
+    policy: PolicyName
+    since: float
+    """When it came into force (unix seconds)."""
+    reason: str
+    checked_at: float
+    """When the evidence was last weighed."""
+    ratio: float | None = None
+    """The forecast's frontier ratio at that check."""
+    pending: int = 0
+    """Checks in a row the other candidate has won since (a switch needs ``days``)."""
+    switches: int = 0
+
+
+def recheck(
+    choice: PolicyChoice | None,
+    evidence: Evidence,
+    now: float,
+    *,
+    margin: float = POLICY_MARGIN,
+    days: int = POLICY_SWITCH_DAYS,
+) -> PolicyChoice:
+    """The choice after weighing ``evidence`` at ``now``: the first verdict at once, later
+    ones only after ``days`` in a row."""
+    verdict = judge(evidence, margin)
+    if choice is None:
+        return PolicyChoice(verdict.policy, now, verdict.reason, now, verdict.ratio)
+    if verdict.policy == choice.policy:
+        return replace(
+            choice, reason=verdict.reason, checked_at=now, ratio=verdict.ratio, pending=0
+        )
+    pending = choice.pending + 1
+    if pending < days:
+        return replace(
+            choice,
+            reason=f"{choice.reason}; the last check favoured {verdict.policy} "
+            f"({pending} of {days} in a row needed)",
+            checked_at=now,
+            ratio=verdict.ratio,
+            pending=pending,
+        )
+    return PolicyChoice(
+        verdict.policy,
+        now,
+        f"{verdict.reason} ({days} checks in a row)",
+        now,
+        verdict.ratio,
+        0,
+        choice.switches + 1,
+    )

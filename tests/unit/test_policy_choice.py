@@ -1,0 +1,143 @@
+"""Which way a pool plans: the forecast with a clear margin below the HPA's curve, the
+cheaper within the margin, the HPA beyond it; switches after two checks in a row."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from prescaler.planning import Evidence, frontier_ratio, judge, recheck
+
+# The HPA swept over its target: dearer points leave less waiting.
+CURVE = ((80.0, 0.04), (90.0, 0.02), (100.0, 0.01), (120.0, 0.002), (140.0, 0.0))
+HPA_07 = (100.0, 0.01)
+
+
+def evidence(unserved: float, gpu_hours: float) -> Evidence:
+    return Evidence(unserved, gpu_hours, HPA_07[1], HPA_07[0], CURVE)
+
+
+def test_the_ratio_reads_the_curve_at_the_same_gpu_hours() -> None:
+    assert frontier_ratio(0.01, 100.0, CURVE) == pytest.approx(1.0)
+    assert frontier_ratio(0.0075, 95.0, CURVE) == pytest.approx(0.5)  # curve 0.015 there
+    # Past the dearest point, the plan is held to what that point leaves: none here.
+    assert frontier_ratio(0.001, 150.0, CURVE) == math.inf
+    assert frontier_ratio(0.0, 150.0, CURVE) is None
+    # Cheaper than the cheapest point: held to what that point leaves.
+    assert frontier_ratio(0.02, 70.0, CURVE) == pytest.approx(0.5)
+
+
+@pytest.mark.parametrize(
+    ("unserved", "gpu_hours", "policy"),
+    [
+        (0.002, 95.0, "forecast"),  # 0.13 of the curve: clearly below it
+        (0.0, 90.0, "forecast"),  # nothing waiting, where the HPA leaves 2 %
+        (0.011, 98.0, "forecast"),  # within the margin (0.92) and cheaper than the HPA
+        (0.0095, 105.0, "reactive"),  # within the margin (1.1) and dearer
+        (0.005, 130.0, "reactive"),  # 5 x the curve: the web log's dear default
+        (0.0, 160.0, "reactive"),  # beyond the HPA's whole curve, neither leaves any
+        (0.05, 60.0, "reactive"),  # cheaper than any HPA, but 1.25 x its cheapest's waiting
+        (0.03, 60.0, "forecast"),  # cheaper than any HPA and less waiting than its cheapest
+    ],
+)
+def test_the_verdict(unserved: float, gpu_hours: float, policy: str) -> None:
+    assert judge(evidence(unserved, gpu_hours)).policy == policy
+
+
+def test_the_first_verdict_is_taken_at_once_later_ones_after_two_days() -> None:
+    good, bad = evidence(0.002, 95.0), evidence(0.005, 130.0)
+    choice = recheck(None, bad, 0.0)
+    assert (choice.policy, choice.since, choice.switches) == ("reactive", 0.0, 0)
+    assert "HPA's curve" in choice.reason
+    day = 86_400.0
+    choice = recheck(choice, good, day)
+    assert (choice.policy, choice.pending) == ("reactive", 1)  # one good day is not enough
+    assert "1 of 2" in choice.reason
+    choice = recheck(choice, bad, 2 * day)
+    assert (choice.policy, choice.pending) == ("reactive", 0)  # the streak is broken
+    choice = recheck(choice, good, 3 * day)
+    choice = recheck(choice, good, 4 * day)
+    assert (choice.policy, choice.since, choice.switches) == ("forecast", 4 * day, 1)
+    assert choice.ratio == pytest.approx(0.002 / 0.015)
+
+
+def test_evidence_must_be_numbers() -> None:
+    with pytest.raises(ValueError, match="finite"):
+        Evidence(math.nan, 1.0, 0.0, 1.0, CURVE)
+    with pytest.raises(ValueError, match="two points"):
+        Evidence(0.0, 1.0, 0.0, 1.0, ((1.0, 0.0),))
+
+
+fractions = st.floats(min_value=0.0, max_value=0.2)
+hours = st.floats(min_value=1.0, max_value=500.0)
+
+
+@given(unserved=fractions, gpu_hours=hours)
+def test_the_forecast_is_never_chosen_when_the_hpa_is_better_on_both_axes(
+    unserved: float, gpu_hours: float
+) -> None:
+    """Never dearer for nothing: a forecast that leaves more waiting at more GPU-hours
+    than the HPA at the pool's target is never the verdict."""
+    verdict = judge(evidence(unserved, gpu_hours))
+    if unserved > HPA_07[1] and gpu_hours > HPA_07[0]:
+        assert verdict.policy == "reactive"
+    if verdict.policy == "forecast" and gpu_hours > HPA_07[0]:
+        assert verdict.ratio is not None
+        assert verdict.ratio <= 0.8
+
+
+# ----------------------------------------------------------------- planning as the HPA
+
+
+def _reactive_plan(hpa: int, current: int, *, windows: tuple[object, ...] = (), **fleet: object):
+    from prescaler.capacity import CapacityModel, TokenProfile
+    from prescaler.planning import FleetState, PlanInputs, ScalingPolicy, plan
+    from unit.fake_forecasts import Forecast, Point
+
+    now = 1_800_000_000.0
+    # A forecast that asks for 12: in reactive mode it must not count.
+    forecast = Forecast(tuple(Point(now + 60 * (i + 1), 10.0, 12.0) for i in range(10)), now)
+    return plan(
+        PlanInputs(
+            now=now,
+            capacity=CapacityModel(TokenProfile(600, 400), tokens_per_second=1000),
+            fleet=FleetState(current, current, observed_requests_per_second=3.0, **fleet),  # type: ignore[arg-type]
+            policy=ScalingPolicy(min_replicas=1, max_replicas=8),
+            cold_start_seconds=240,
+            forecast=forecast,
+            windows=windows,  # type: ignore[arg-type]
+            reactive_replicas=hpa,
+        )
+    )
+
+
+def test_in_reactive_mode_the_plan_is_the_hpas_count_within_the_bounds() -> None:
+    up = _reactive_plan(5, 3)
+    assert (up.desired_replicas, up.driver) == (5, "reactive")
+    assert "the pool's HPA holds 5" in up.reason
+    assert _reactive_plan(20, 3).desired_replicas == 8  # maxReplicas
+    floor = _reactive_plan(0, 3)
+    assert floor.target_replicas == 1  # minReplicas; the pool's own scale-down paces the way
+    assert floor.desired_replicas < 3
+
+
+def test_in_reactive_mode_a_release_follows_the_hpa_without_the_memory() -> None:
+    from prescaler.planning import FleetState
+
+    now = 1_800_000_000.0
+    # The forecast planner remembered 7 a minute ago; the HPA now holds 4.
+    down = _reactive_plan(4, 7, recent_targets=((now - 60, 7),), last_scale_up_at=now - 900)
+    assert down.target_replicas == 4, down.reason
+    assert down.driver != "memory"
+    assert FleetState  # imported for the fields above
+
+
+def test_in_reactive_mode_a_window_still_holds_its_floor() -> None:
+    from prescaler.planning import ScheduledWindow
+
+    window = ScheduledWindow("sale", cron="0 * * * *", duration_seconds=3600, min_replicas=6)
+    held = _reactive_plan(2, 2, windows=(window,))
+    assert (held.desired_replicas, held.driver) == (6, "window")
