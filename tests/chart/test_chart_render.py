@@ -346,12 +346,45 @@ def test_placeholder_priority_class_matches_the_operator(helm: Helm) -> None:
 def test_network_policy_ports(helm: Helm) -> None:
     policy = one(helm.template(ALL_OPTIONAL), "NetworkPolicy")["spec"]
     assert policy["policyTypes"] == ["Ingress", "Egress"]
-    (ingress,) = policy["ingress"]
-    assert {p["port"] for p in ingress["ports"]} == {"metrics", "health", "scaler"}
+    ingress, scaler = policy["ingress"]
+    assert {p["port"] for p in ingress["ports"]} == {"metrics", "health"}
     assert ingress["from"] == ALL_OPTIONAL["networkPolicy"]["ingress"]["from"]
+    assert scaler == {"ports": [{"port": "scaler", "protocol": "TCP"}], "from": [keda_peer("keda")]}
     egress_ports = [{p["port"] for p in rule["ports"]} for rule in policy["egress"]]
     assert egress_ports == [{443, 6443}, {9090}, {53}, {443}]
     assert policy["egress"][0]["to"] == [{"ipBlock": {"cidr": "10.0.0.1/32"}}]
+
+
+def keda_peer(namespace: str) -> dict[str, Any]:
+    return {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": namespace}}}
+
+
+def test_only_keda_s_namespace_reaches_the_scaler_port(helm: Helm) -> None:
+    """With the scaler on, a NetworkPolicy admits only KEDA's namespace to its port, even
+    with `networkPolicy.enabled` off: then an Ingress-only policy of its own that leaves
+    the metrics and health ports open to any source."""
+    docs = helm.template({"keda": {"enabled": True, "namespace": "keda-system"}})
+    policy = one(docs, "NetworkPolicy")
+    assert policy["metadata"]["name"] == "prescaler-scaler"
+    spec = policy["spec"]
+    assert spec["policyTypes"] == ["Ingress"]
+    assert spec["podSelector"]["matchLabels"] == pod_selector(docs)
+    anyone, scaler = spec["ingress"]
+    assert {p["port"] for p in anyone["ports"]} == {"metrics", "health"}
+    assert "from" not in anyone
+    assert [p["port"] for p in scaler["ports"]] == ["scaler"]
+    assert scaler["from"] == [keda_peer("keda-system")]
+    # Peers of one's own instead, e.g. KEDA's operator pods only.
+    peers = [{**keda_peer("keda"), "podSelector": {"matchLabels": {"app": "keda-operator"}}}]
+    docs = helm.template({"keda": {"enabled": True, "networkPolicy": {"from": peers}}})
+    assert one(docs, "NetworkPolicy")["spec"]["ingress"][1]["from"] == peers
+    # Turned off: no policy of its own; the operator's admits the port with the others.
+    off = {"keda": {"enabled": True, "networkPolicy": {"enabled": False}}}
+    assert not by_kind(helm.template(off), "NetworkPolicy")
+    both = helm.template({**off, "networkPolicy": {"enabled": True}})
+    (ingress,) = one(both, "NetworkPolicy")["spec"]["ingress"]
+    assert {p["port"] for p in ingress["ports"]} == {"metrics", "health", "scaler"}
+    assert not by_kind(helm.template(), "NetworkPolicy")  # no scaler, no policy
 
 
 def _keda_rules(docs: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -410,6 +443,15 @@ def test_keda_scaler_port_service_tls_and_rbac(helm: Helm, namespaced: bool) -> 
     assert "PRESCALER_SCALER_TLS_CA" not in plain_env
     no_tls = env_of(operator_container(helm.template({"keda": {"enabled": True}})))
     assert "PRESCALER_SCALER_TLS_CERT" not in no_tls
+    assert "PRESCALER_SCALER_MAX_STREAMS" not in no_tls  # the operator's defaults
+    limits = {"maxConcurrentCalls": 100, "maxStreams": 40, "streamMaxSeconds": 300}
+    env = env_of(operator_container(helm.template({"keda": {"enabled": True, **limits}})))
+    scaler = from_env({k: v for k, v in env.items() if isinstance(v, str)}).scaler
+    assert (scaler.max_concurrent_rpcs, scaler.max_streams, scaler.stream_max_seconds) == (
+        100,
+        40,
+        300.0,
+    )
 
 
 def pod_selector(docs: list[dict[str, Any]]) -> dict[str, str]:
@@ -459,6 +501,9 @@ def test_minimal_variant_creates_no_cluster_objects_it_was_told_not_to(helm: Hel
         ({"keda": {"port": 0}}, "/keda/port"),
         ({"keda": {"tls": {"secret": "x"}}}, "secret"),
         ({"keda": {"enabled": "yes"}}, "/keda/enabled"),
+        ({"keda": {"namespace": "KEDA"}}, "/keda/namespace"),
+        ({"keda": {"maxStreams": 0}}, "/keda/maxStreams"),
+        ({"keda": {"networkPolicy": {"form": []}}}, "form"),
     ],
 )
 def test_schema_rejects_wrong_values(helm: Helm, values: dict[str, Any], field: str) -> None:
