@@ -11,7 +11,13 @@ from prescaler.cli import run as run_cli
 from prescaler.cli._common import CliError
 from prescaler.controller.fits import FitProcesses
 from prescaler.controller.runtime import Runtime
-from prescaler.settings import LeaderSettings, OperatorSettings, ReconcileSettings, from_env
+from prescaler.settings import (
+    LeaderSettings,
+    OperatorSettings,
+    ReconcileSettings,
+    ScalerSettings,
+    from_env,
+)
 
 
 def test_leader_election_is_off_by_default_and_read_from_the_environment() -> None:
@@ -186,3 +192,33 @@ def test_the_keda_scaler_is_off_unless_a_port_is_given(monkeypatch: pytest.Monke
 def test_bad_scaler_flags_are_cli_errors(argv: list[str], words: str) -> None:
     with pytest.raises(CliError, match=words):
         run_cli.settings_from_args(_args(*argv))
+
+
+def test_the_scaler_limits_are_settings_with_their_checks() -> None:
+    scaler = from_env(
+        {
+            "PRESCALER_SCALER_MAX_CONCURRENT_RPCS": "64",
+            "PRESCALER_SCALER_MAX_STREAMS": "16",
+            "PRESCALER_SCALER_STREAM_MAX_SECONDS": "120",
+            "PRESCALER_SCALER_MAX_MESSAGE_BYTES": "8192",
+            "PRESCALER_SCALER_NOT_FOUND_SECONDS": "30",
+            "PRESCALER_SCALER_UNKNOWN_READS": "1",
+            "PRESCALER_SCALER_UNKNOWN_QUEUE": "8",
+            "PRESCALER_SCALER_REMEMBERED_POOLS": "100",
+        }
+    ).scaler
+    assert (scaler.max_concurrent_rpcs, scaler.max_streams, scaler.stream_max_seconds) == (
+        64,
+        16,
+        120.0,
+    )
+    assert (scaler.max_message_bytes, scaler.not_found_seconds) == (8192, 30.0)
+    assert (scaler.unknown_reads, scaler.unknown_queue, scaler.remembered_pools) == (1, 8, 100)
+    for wrong, message in (
+        ({"max_streams": 512}, "exceed its max streams"),
+        ({"unknown_queue": 0}, "unknown queue"),
+        ({"max_message_bytes": 0}, "max message bytes"),
+        ({"stream_max_seconds": 0}, "stream lifetime"),
+    ):
+        with pytest.raises(ValueError, match=message):
+            OperatorSettings(scaler=ScalerSettings(**wrong))

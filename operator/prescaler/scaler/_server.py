@@ -123,7 +123,9 @@ class _CertificateFiles:
         before = self._stamps()
         contents = tuple(path.read_bytes() for path in self._paths)
         context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-        context.load_cert_chain(self._tls.cert, self._tls.key)
+        # An encrypted key fails here rather than prompting for a password (gRPC could not
+        # use it either).
+        context.load_cert_chain(self._tls.cert, self._tls.key, password=lambda: b"")
         if self._tls.ca is not None:
             context.load_verify_locations(cafile=self._tls.ca)
         return (before, contents) if self._stamps() == before else None
