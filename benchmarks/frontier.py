@@ -129,6 +129,8 @@ class Point:
     unserved: float
     gpu_hours: float
     shortfall_minutes: int
+    direction_changes_per_day: float | None = None
+    """How often its fleet changed direction, per day (``None``: not measured)."""
 
 
 class CachedForecaster:
@@ -155,7 +157,8 @@ def _parse(argv: Sequence[str]) -> argparse.Namespace:
 def replayer(trace_args: list[str], cold: int) -> tuple[Any, Any, Any]:
     """For one trace and cold start: the trace read once (``prepare``'s result),
     ``one(policy_name, extra_flags)``, the library's policy for those flags on it, and
-    ``replay(policy)``, its unserved token fraction, GPU-hours and shortfall minutes."""
+    ``replay(policy)``, its unserved token fraction, GPU-hours, shortfall minutes and
+    direction changes per day."""
     from prescaler.backtest import build_policies, score, simulate
     from prescaler.cli._backtest_spec import pool_spec, replay_options
     from prescaler.cli.backtest import prepare
@@ -164,10 +167,11 @@ def replayer(trace_args: list[str], cold: int) -> tuple[Any, Any, Any]:
     args = _parse([*base, "--policies", "oracle"])
     prep = prepare(args)
 
-    def replay(policy: Any) -> tuple[float, float, int]:
+    def replay(policy: Any) -> tuple[float, float, int, float]:
         run = simulate(prep.demand, policy, prep.config)
         s = score(run, prep.demand, prep.config)
-        return s.unserved_token_fraction, s.gpu_hours, s.shortfall_minutes
+        changes = s.direction_changes_per_day
+        return s.unserved_token_fraction, s.gpu_hours, s.shortfall_minutes, changes
 
     def one(policy_name: str, extra: list[str]) -> Any:
         ns = _parse([*base, "--policies", policy_name, *extra])
@@ -198,7 +202,11 @@ def reference_points(one: Any, replay: Any) -> list[Point]:
     return points
 
 
-def sweep(name: str, trace_args: list[str], cold: int) -> list[Point]:
+def sweep(
+    name: str, trace_args: list[str], cold: int, *, default_only: bool = False
+) -> list[Point]:
+    """Every swept point of one trace and cold start; ``default_only``: the references'
+    curves and the default point alone (what a default is judged by)."""
     from prescaler.api import ObjectiveSpec
     from prescaler.backtest import reactive_policy
     from prescaler.backtest._policies import KedaPolicy
@@ -210,6 +218,13 @@ def sweep(name: str, trace_args: list[str], cold: int) -> list[Point]:
     oracle = replay(one("oracle", []))
     points.append(Point("oracle", "", 0.0, True, *oracle))
     points += reference_points(one, replay)
+    if default_only:
+        relative = ObjectiveSpec.default_of("relative_to_hpa")
+        points.append(
+            Point("predictive", "relative", relative, True, *replay(one("predictive", [])))
+        )
+        print(f"{name} {cold}s: {time.perf_counter() - started:.0f} s", file=sys.stderr)
+        return points
     for k in PERSISTENCE_K:
         r = replay(one("persistence", ["--persistence-k", str(k)]))
         points.append(Point("persistence", "k", k, k == 1.4, *r))
@@ -434,8 +449,8 @@ def headline_section(results: list[tuple[str, int, list[Point], Path]]) -> str:
     """The default point per trace and cold start, and over the traces per cold start."""
     lines = [
         "| trace | cold start | unserved ÷ HPA | GPU-h ÷ HPA | frontier ratio | "
-        "share of the gap closed |",
-        "|---|---|---:|---:|---:|---:|",
+        "share of the gap closed | direction changes / day (HPA at 0.7) |",
+        "|---|---|---:|---:|---:|---:|---:|",
     ]
     for name, cold, points, _ in results:
         h = default_headline(points)
@@ -443,16 +458,25 @@ def headline_section(results: list[tuple[str, int, list[Point], Path]]) -> str:
         note = " (dearer than the HPA at 0.5)" if h.dearer_than_half else ""
         lines.append(
             f"| {name} | {cold} s | {_fmt(h.unserved)} | {h.gpu_hours:.3f}{note} "
-            f"| {h.ratio_text} | {gap} |"
+            f"| {h.ratio_text} | {gap} | {flapping(points)} |"
         )
     for cold in sorted({c for _, c, _, _ in results}):
         mine = [pts for _, c, pts, _ in results if c == cold]
         mean, gpu = over_traces([(hpa_point(pts), default_point(pts)) for pts in mine])
         lines.append(
             f"| **all traces** (mean of the unserved ratios, GPU-hours summed) | {cold} s "
-            f"| {mean} | {gpu:.3f} | | |"
+            f"| {mean} | {gpu:.3f} | | | |"
         )
     return "\n".join(lines) + "\n"
+
+
+def flapping(points: list[Point]) -> str:
+    """The default's direction changes per day, and the HPA's at 0.7 in parentheses (the
+    brief's measure: at most the HPA's on the same demand)."""
+    d, hpa = default_point(points), hpa_point(points)
+    if d.direction_changes_per_day is None or hpa.direction_changes_per_day is None:
+        return "not measured"
+    return f"{d.direction_changes_per_day:.1f} ({hpa.direction_changes_per_day:.1f})"
 
 
 def hpa_point(points: list[Point]) -> Point:
@@ -563,7 +587,9 @@ def section(results: list[tuple[str, int, list[Point], Path]]) -> str:
     out.append("|---|---|---:|---:|---:|---:|---:|")
     for name, cold, points, _ in results:
         hpa = hpa_point(points)
-        k = next(p for p in points if p.policy == "keda" and p.default)
+        k = next((p for p in points if p.policy == "keda" and p.default), None)
+        if k is None:  # not swept (--default-only)
+            continue
         d = default_point(points)
         on_hpa = curve_at(points, "reactive", k.gpu_hours)
 
@@ -636,6 +662,11 @@ def main() -> int:
         help="replay the parts the defaults were chosen on (prints only)",
     )
     parser.add_argument(
+        "--default-only",
+        action="store_true",
+        help="replay the references' curves and the default point alone (prints only)",
+    )
+    parser.add_argument(
         "--points",
         type=Path,
         help=f"the swept points: written by any replay, read by --from-points (default: "
@@ -644,6 +675,7 @@ def main() -> int:
     )
     args = parser.parse_args()
     whole = args.only is None and args.cold is None and not args.first_halves
+    whole = whole and not args.default_only
     swept: list[tuple[str, int, list[Point]]] = []
     if args.from_points:
         for path in args.points or [POINTS]:
@@ -661,7 +693,9 @@ def main() -> int:
             if args.only is not None and args.only not in name:
                 continue
             for cold in args.cold or COLD_STARTS:
-                swept.append((name, cold, sweep(name, trace_args, cold)))
+                swept.append(
+                    (name, cold, sweep(name, trace_args, cold, default_only=args.default_only))
+                )
         if whole or args.points:
             runs_json = [
                 {"trace": n, "cold": c, "points": [asdict(p) for p in pts]} for n, c, pts in swept

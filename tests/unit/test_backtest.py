@@ -18,6 +18,7 @@ from prescaler.backtest import (
     PredictivePolicy,
     ReactivePolicy,
     demand_from_trace,
+    direction_changes,
     fluid_queue,
     oracle_replicas,
     replicas_needed,
@@ -280,6 +281,27 @@ def test_persistence_reference_is_k_times_the_lagged_demand_released_at_once() -
     assert sc.shortfall_minutes == 2
     with pytest.raises(ValueError, match="persistence factor"):
         PersistencePolicy(0.0, CAP, 1, 2)
+
+
+def test_direction_changes_count_reversals_read_from_the_desired_column() -> None:
+    # Up, up, down (1 change), flat, up (2), down (3); a first change counts none.
+    assert direction_changes(np.array([2, 3, 4, 3, 3, 5, 1])) == 3
+    assert direction_changes(np.array([5, 4, 4, 2])) == 0
+    assert direction_changes(np.array([3])) == 0
+    # Persistence follows a step up and back down: one reversal in 30 minutes, 48 a day,
+    # counted from the timeline's `_desired` (the most replicas within each minute).
+    demand = _demand([2500.0] * 10 + [5000.0] * 10 + [1000.0] * 10)
+    config = _config(cold=60.0, max_replicas=20, initial_replicas=4)
+    from prescaler.backtest import PersistencePolicy
+
+    run = simulate(demand, PersistencePolicy(1.4, CAP, 1, 20), config)
+    sc = score(run, demand, config)
+    assert sc.direction_changes == direction_changes(
+        run.existing_per_minute(config.steps_per_minute)
+    )
+    assert sc.direction_changes == 1
+    assert sc.direction_changes_per_day == pytest.approx(48.0)
+    assert sc.as_dict()["direction_changes_per_day"] == 48.0
 
 
 def _observations_around_a_gap(*, fresh: bool) -> tuple[dict[int, float | None], list[float]]:

@@ -28,6 +28,9 @@ Scores (per policy):
 * ``standby_gpu_hours`` - that standby part alone (already in ``gpu_hours``).
 * ``warm_starts`` - replicas that started on a warm standby slot.
 * ``scale_events`` - changes of the replica count.
+* ``direction_changes`` - scale events whose direction differs from the previous one's (a
+  scale-down after a scale-up, or the reverse), read from the timeline's ``_desired``
+  column (:func:`direction_changes`); ``direction_changes_per_day`` per day of replay.
 
 Signals (``simulate(..., signals_every_seconds=S)``): every ``S`` seconds, after that step's
 decision, the run records what the fleet's metrics show (ready replicas, the queue and the
@@ -356,6 +359,14 @@ class Score:
     standby_gpu_hours: float = 0.0
     """Standby slots' GPU-hours at the standby cost fraction (included in ``gpu_hours``)."""
     warm_starts: int = 0
+    direction_changes: int = 0
+    """Scale events that reversed the previous one's direction (:func:`direction_changes`)."""
+    minutes: int = 0
+    """Replayed minutes scored."""
+
+    @property
+    def direction_changes_per_day(self) -> float:
+        return self.direction_changes * 1440.0 / self.minutes if self.minutes else 0.0
 
     def as_dict(self) -> dict[str, float | int]:
         return {
@@ -363,6 +374,8 @@ class Score:
             "unserved_token_fraction": self.unserved_token_fraction,
             "gpu_hours": self.gpu_hours,
             "scale_events": self.scale_events,
+            "direction_changes": self.direction_changes,
+            "direction_changes_per_day": round(self.direction_changes_per_day, 2),
             "peak_queue_tokens": self.peak_queue_tokens,
             "mean_queue_delay_seconds": self.mean_queue_delay_seconds,
             "peak_replicas": self.peak_replicas,
@@ -392,6 +405,15 @@ def fluid_queue(arrivals: FloatArray, capacity: FloatArray) -> tuple[FloatArray,
         queue[i] = q
         delayed[i] = late
     return queue, delayed
+
+
+def direction_changes(replicas: FloatArray) -> int:
+    """How often a count series changes direction: the changes of the count whose sign
+    differs from the previous change's (up then down, or down then up; a first change and
+    changes in the same direction count none)."""
+    steps = np.diff(np.asarray(replicas, dtype=np.int64))
+    signs = np.sign(steps[steps != 0])
+    return int(np.count_nonzero(np.diff(signs)))
 
 
 def score(run: PolicyRun, demand: Demand, config: FleetConfig) -> Score:
@@ -424,6 +446,10 @@ def score(run: PolicyRun, demand: Demand, config: FleetConfig) -> Score:
         peak_replicas=int(run.existing_per_step.max()) if steps else 0,
         standby_gpu_hours=standby_gpu_hours,
         warm_starts=run.warm_starts,
+        # The brief's count: from the timeline's `<policy>_desired` (existing replicas, the
+        # most within each minute).
+        direction_changes=direction_changes(run.existing_per_minute(spm)),
+        minutes=minutes,
     )
 
 
