@@ -4,8 +4,10 @@
 
 * **auto-selection** (:func:`select_model`), re-run every ``reselect_seconds`` (default 6 h)
   or when the set of models with enough history changes; each run backtests only the new
-  history and pools it with the previous runs' evidence (48 h), and keeps the incumbent
-  unless a challenger is better by the margin;
+  history and pools it with the previous runs' evidence (48 h, recent chunks weighted
+  more), scores the candidates at the plan's lookahead (``SelectionConfig.lookahead_seconds``,
+  not the whole horizon), and keeps persistence or the recent mean unless another model
+  is significantly better on that evidence;
 * the **refit cadence**: cheap models are refitted on every call; Prophet every
   ``refit_seconds`` (default 600), or sooner if its cached curve does not reach the horizon;
 * the **nowcast correction** of a cached Prophet fit between refits;

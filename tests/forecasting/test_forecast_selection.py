@@ -35,6 +35,7 @@ def _evidence(first: float, last: float, a: np.ndarray, b: np.ndarray) -> Eviden
         sums={"recent_trend": float(a.sum()), "seasonal_naive": float(b.sum())},
         squares={"recent_trend": float((a**2).sum()), "seasonal_naive": float((b**2).sum())},
         cross={"recent_trend|seasonal_naive": float((a * b).sum())},
+        lead_seconds=STEP,
     )
 
 
@@ -175,3 +176,103 @@ def test_a_model_that_just_became_eligible_does_not_unseat_a_scored_selection() 
     assert later.model == "recent_mean"
     assert later.score is not None
     assert "seasonal_naive" not in later.scores  # joins once it has history to be scored
+
+
+def _selections(
+    values: np.ndarray, days: tuple[float, float], spec: ModelSpec, candidates: tuple[str, ...]
+) -> dict[float, Selection]:
+    """Select every 6 hours from ``days[0]`` to ``days[1]`` (as a service does), each
+    selection pooling the previous one's evidence; keyed by the day it was made."""
+    out: dict[float, Selection] = {}
+    previous = None
+    per = round(6 * 3600 / STEP)
+    for k in range(round(days[0] * 4), round(days[1] * 4) + 1):
+        now = T0 + k * per * STEP
+        previous = select_model(
+            T0,
+            values[: k * per],
+            now,
+            candidates=candidates,
+            spec=spec,
+            refit_seconds=600.0,
+            previous=previous,
+        )
+        out[k / 4] = previous
+    return out
+
+
+def test_where_the_series_stops_repeating_persistence_takes_over() -> None:
+    """Four days of a clean daily cycle, then two of a random walk: the seasonal naive
+    wins while the day repeats; once it does not, the baseline (persistence or the recent
+    mean) is back within a day, although the seasonal model still has the lower score on
+    the 48 hours of pooled evidence for most of that day. (Before, the seasonal incumbent
+    was kept until persistence was *significantly* better over the whole memory: until
+    day 5.25.)"""
+    t = np.arange(round(6 * DAY / STEP)) * STEP
+    daily = 1000.0 * (1 + 0.5 * np.sin(2 * np.pi * t / DAY))
+    walk = 1000.0 * np.exp(np.cumsum(np.random.default_rng(1).normal(0.0, 0.03, len(t))))
+    turn = round(4 * DAY / STEP)
+    values = np.where(t < 4 * DAY, daily, np.maximum(1.0, walk - walk[turn] + daily[turn]))
+    candidates = ("persistence", "recent_mean", "seasonal_naive")
+    chosen = _selections(values, (3.0, 6.0), ModelSpec("persistence", STEP, 1800.0), candidates)
+    assert all(s.model == "seasonal_naive" for day, s in chosen.items() if day <= 4.0)
+    late = {day: s for day, s in chosen.items() if day >= 4.75}
+    assert all(s.model in ("persistence", "recent_mean") for s in late.values()), {
+        day: s.model for day, s in late.items()
+    }
+
+
+def test_a_clean_daily_cycle_keeps_the_seasonal_model() -> None:
+    """A daily cycle with noise: the seasonal naive is significantly better than the
+    baselines at the lookahead, so it wins every selection (the baselines are the
+    incumbents, not a ceiling)."""
+    t = np.arange(round(6 * DAY / STEP)) * STEP
+    noise = np.exp(np.random.default_rng(4).normal(0.0, 0.01, len(t)))
+    values = 1000.0 * (1 + 0.5 * np.sin(2 * np.pi * t / DAY)) * noise
+    candidates = ("persistence", "recent_mean", "seasonal_naive")
+    chosen = _selections(values, (2.0, 6.0), ModelSpec("persistence", STEP, 1800.0), candidates)
+    assert {s.model for s in chosen.values()} == {"seasonal_naive"}
+    assert all(not s.kept for s in chosen.values())
+
+
+def test_candidates_are_scored_at_the_lookahead_not_the_whole_horizon() -> None:
+    """A daily cycle on a level that wanders slowly (an AR(1) deviation): over two hours
+    the day's shape matters most and the seasonal naive wins; over the next quarter hour
+    (the plan's lookahead) the level does, and persistence wins. The service forecasts two
+    hours; selection scores what the plan reads."""
+    t = np.arange(round(5 * DAY / STEP)) * STEP
+    rng = np.random.default_rng(2)
+    deviation = np.zeros(len(t))
+    for i in range(1, len(t)):
+        deviation[i] = 0.98 * deviation[i - 1] + rng.normal(0.0, 0.03)
+    values = 1000.0 * (1 + 0.5 * np.sin(2 * np.pi * t / DAY)) * np.exp(deviation)
+    spec = ModelSpec("persistence", STEP, 7200.0)
+    now = T0 + len(t) * STEP
+
+    def pick(config: SelectionConfig) -> str:
+        return select_model(
+            T0,
+            values,
+            now,
+            candidates=("persistence", "seasonal_naive"),
+            spec=spec,
+            refit_seconds=600.0,
+            config=config,
+        ).model
+
+    assert SelectionConfig().lookahead_seconds == 900.0
+    assert pick(SelectionConfig()) == "persistence"
+    assert pick(SelectionConfig(lookahead_seconds=None)) == "seasonal_naive"
+
+
+def test_weighted_paired_t_counts_recent_chunks_more() -> None:
+    """With equal weights it is the plain paired t; a weight of zero drops a chunk."""
+    rng = np.random.default_rng(5)
+    a, b = rng.uniform(0, 0.3, 80), rng.uniform(0, 0.3, 80)
+    halves = [_evidence(0, 1, a[:30], b[:30]), _evidence(2, 3, a[30:], b[30:])]
+    assert paired_t(halves, "recent_trend", "seasonal_naive", [1.0, 1.0]) == pytest.approx(
+        paired_t(halves, "recent_trend", "seasonal_naive")
+    )
+    d = a[30:] - b[30:]
+    direct = d.mean() / (d.std(ddof=1) / math.sqrt(len(d)))
+    assert paired_t(halves, "recent_trend", "seasonal_naive", [0.0, 0.7]) == pytest.approx(direct)
