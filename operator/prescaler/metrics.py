@@ -187,6 +187,13 @@ class Metrics:
             ("series", "model"),
             registry=r,
         )
+        self.policy_in_force = Gauge(
+            "prescaler_policy_in_force",
+            "1 for the policy a pool plans with now (spec.policy): forecast, or reactive (as"
+            " its HPA would); 0 for the other",
+            ("namespace", "pool", "policy"),
+            registry=r,
+        )
         self.fit_failures = Counter(
             "prescaler_forecast_fit_failures_total",
             "Selections and fits that failed in their fit process (the pool keeps its last"
@@ -348,6 +355,11 @@ class Metrics:
         for direction in SCALE_DIRECTIONS:
             self.scale_events.labels(namespace, pool, direction)
 
+    def set_policy(self, namespace: str, pool: str, policy: str) -> None:
+        """The pool's policy in force (1) and the other (0)."""
+        for name in ("forecast", "reactive"):
+            self.policy_in_force.labels(namespace, pool, name).set(1 if name == policy else 0)
+
     def declare_fit(self, series: str, model: str) -> None:
         """Create a series' fit-timeout counter for ``model`` (a step: ``selection`` or a
         model's fit) at 0, as the series is first read and as its first job of a step
@@ -485,8 +497,11 @@ class Metrics:
         for direction in SCALE_DIRECTIONS:
             with contextlib.suppress(KeyError):
                 self.scale_events.remove(namespace, pool, direction)
+        for policy in ("forecast", "reactive"):
+            with contextlib.suppress(KeyError):
+                self.policy_in_force.remove(namespace, pool, policy)
         self._forget_against_hpa(namespace, pool)
-        labelled = {self.driving_constraint, self.scale_events}
+        labelled = {self.driving_constraint, self.scale_events, self.policy_in_force}
         labelled.update(gauge for gauge, _ in self._against_hpa_series())
         for metric in self._per_pool():
             if metric not in labelled:

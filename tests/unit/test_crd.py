@@ -95,6 +95,7 @@ def test_identity_and_printer_columns() -> None:
         "Forecast peak",
         "Next window",
         "Bottleneck",
+        "Policy",
         "Roles",
         "Saved vs HPA",
         "Age",

@@ -26,6 +26,8 @@ def test_the_ratio_reads_the_curve_at_the_same_gpu_hours() -> None:
     # Past the dearest point, the plan is held to what that point leaves: none here.
     assert frontier_ratio(0.001, 150.0, CURVE) == math.inf
     assert frontier_ratio(0.0, 150.0, CURVE) is None
+    # Both below one token in ten thousand: noise, not evidence.
+    assert frontier_ratio(5e-5, 150.0, CURVE) is None
     # Cheaper than the cheapest point: held to what that point leaves.
     assert frontier_ratio(0.02, 70.0, CURVE) == pytest.approx(0.5)
 

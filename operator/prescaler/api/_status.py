@@ -656,6 +656,32 @@ class RolesStatus(WireModel):
     """The decode role."""
 
 
+class PolicyStatus(WireModel):
+    """How the pool plans now (``spec.policy``), why and since when."""
+
+    in_force: Literal["forecast", "reactive"]
+    """``forecast``: ahead of demand, on the forecast and the risk model; ``reactive``: as
+    its shadow HPA would (its count, at the pool's HPA target)."""
+    chosen_by: Literal["spec", "history"] = "spec"
+    """``spec``: ``spec.policy`` names it; ``history``: ``auto`` chose it on the pool's
+    replayed history (the first replay, then one a day)."""
+    since: str | None = Field(default=None, max_length=64)
+    """When it came into force (RFC 3339)."""
+    reason: str = Field(default="", max_length=1024)
+    """The evidence in one sentence: what each candidate left waiting and cost on the
+    replayed demand, and the forecast's frontier ratio."""
+    checked_at: str | None = Field(default=None, max_length=64)
+    """When the evidence was last weighed (RFC 3339)."""
+    frontier_ratio: float | None = None
+    """The forecast's unserved demand over the HPA curve's at the same GPU-hours, at the
+    last check (1: on the HPA's curve; ``None``: neither left any demand waiting; a very
+    large number: the curve left none there and the forecast did)."""
+    pending: int = Field(default=0, ge=0)
+    """Checks in a row that favoured the other policy (a switch needs two)."""
+    switches: int = Field(default=0, ge=0)
+    """Switches since the pool was created."""
+
+
 class InferencePoolStatus(FleetStatus):
     """Observed state of the pool. A disaggregated pool reports each role under ``roles``;
     its top-level replica counts are the roles' sums, its conditions hold only when they
@@ -668,3 +694,5 @@ class InferencePoolStatus(FleetStatus):
     bottleneck, e.g. ``prefill 3/3 compute, decode 2/4 memory``."""
     served_by: ServedByStatus | None = None
     """The operator replica and shard that serve the pool (sharded operators only)."""
+    policy: PolicyStatus | None = None
+    """How the pool plans now: on the forecast or as its HPA would (``spec.policy``)."""

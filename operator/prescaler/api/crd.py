@@ -43,6 +43,12 @@ PRINTER_COLUMNS: list[dict[str, Any]] = [
     {"name": "Next window", "type": "string", "jsonPath": ".status.nextWindow.name"},
     {"name": "Bottleneck", "type": "string", "jsonPath": ".status.plan.constraint"},
     {
+        "name": "Policy",
+        "type": "string",
+        "jsonPath": ".status.policy.inForce",
+        "description": "How the pool plans now: forecast, or reactive (as its HPA would)",
+    },
+    {
         "name": "Roles",
         "type": "string",
         "jsonPath": ".status.roleSummary",

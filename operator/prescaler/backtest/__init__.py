@@ -23,6 +23,7 @@ Module map:
   the demo's HPA comparison, the benchmarks)
 """
 
+from prescaler.backtest._auto import CHECK_SECONDS, HPA_SWEEP
 from prescaler.backtest._calibrate import (
     REPLAY_SECONDS,
     HistoryCalibration,
@@ -118,7 +119,9 @@ from prescaler.backtest._simulate import (
 )
 
 __all__ = [
+    "CHECK_SECONDS",
     "DEFAULT_POLICIES",
+    "HPA_SWEEP",
     "HPA_TARGET",
     "PERSISTENCE_K",
     "POLICIES",

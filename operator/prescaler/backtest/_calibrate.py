@@ -59,6 +59,8 @@ class HistoryCalibration:
     evidence: Evidence | None = None
     """The forecast planner against the HPA swept over its target on the replayed demand
     (what ``spec.policy: auto`` weighs)."""
+    replayed_until: float = 0.0
+    """The end of the replayed demand (unix seconds)."""
 
 
 def replay_span(history_seconds: float, min_seconds: float) -> float | None:
@@ -134,4 +136,5 @@ def calibrate_from_history(
         evidence=evidence_in(
             {name: score.as_dict() for name, score in scores.items()}, options.hpa_target
         ),
+        replayed_until=float(demand.start) + len(demand) * MINUTE,
     )

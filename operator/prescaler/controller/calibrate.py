@@ -57,7 +57,7 @@ from prescaler.controller.status import (
     against_hpa_summary,
     merge_conditions,
 )
-from prescaler.planning import Lookahead, PeakRisk, RiskObjective
+from prescaler.planning import Evidence, Lookahead, PeakRisk, RiskObjective
 from prescaler.sources import PrometheusSource, SourceError
 
 log = logging.getLogger("prescaler")
@@ -76,6 +76,11 @@ class Seed:
     replayed_hours: float
     seconds: float = 0.0
     """How long the replay took, from the request to its result."""
+    evidence: Evidence | None = None
+    """The forecast planner against the HPA swept over its target on the replayed demand
+    (what ``spec.policy: auto`` weighs)."""
+    replayed_at: float = 0.0
+    """When the replayed history ended (unix seconds)."""
 
 
 @dataclass(frozen=True)
@@ -103,13 +108,16 @@ class CalibrationJob:
     decision_seconds: float
     min_seconds: float
     """The shortest replay that calibrates: ``objective.min_outcomes`` decisions."""
+    check: int = 0
+    """Which daily check of ``spec.policy: auto`` the replay is for (the day's index):
+    a new day's check is a new replay."""
 
     def key(self) -> str:
         """Which replays are the same: the series and what the spec and the HPA say. Not the
         capacity model or the cold start: measured, they move at every reconcile, and a
         replay restarted for each move would never end; it runs on those it started with."""
         spec = self.spec.model_dump_json(include={"forecast", "model", "objective", "scaling"})
-        parts = (self.series_id, spec, self.hpa_target, self.decision_seconds)
+        parts = (self.series_id, spec, self.hpa_target, self.decision_seconds, self.check)
         return hashlib.sha256(repr(parts).encode()).hexdigest()
 
 
@@ -326,7 +334,13 @@ def seed_of(calibration: HistoryCalibration) -> Seed:
         short_minutes=p.shortfall_minutes,
         hpa_short_minutes=h.shortfall_minutes,
     )
-    return Seed(risk=calibration.risk, against_hpa=window, replayed_hours=hours)
+    return Seed(
+        risk=calibration.risk,
+        against_hpa=window,
+        replayed_hours=hours,
+        evidence=calibration.evidence,
+        replayed_at=calibration.replayed_until,
+    )
 
 
 def seeded(previous: RiskStatus | None, seed: Seed) -> PeakRisk:

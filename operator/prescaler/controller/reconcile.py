@@ -26,6 +26,7 @@ from prescaler.api import (
     VERSION,
     InferencePoolSpec,
     InferencePoolStatus,
+    PolicyStatus,
     SpecError,
     StandbyPartStatus,
     StandbyStatus,
@@ -60,6 +61,13 @@ from prescaler.controller.model import (
     PoolObject,
     fleet_key,
     fleet_label,
+)
+from prescaler.controller.policy import (
+    check_due,
+    check_index,
+    policy_status,
+    reactive_count,
+    switched,
 )
 from prescaler.controller.prewarm import Prewarmer, with_prewarm_condition
 from prescaler.controller.status import (
@@ -453,11 +461,20 @@ class Reconciler:
         previous = examined.previous
         risk, sizing, objective, shadow = None, None, None, None
         seeding: CalibrationView | None = None
+        checked: CalibrationView | None = None
         if spec.forecast is not None:
             objective = risk_objective(spec)
             ready = gathered.workload.ready_replicas
             shadow = shadow_of(previous.against_hpa, spec, capacity, gathered)
-            seeding = self._history_seed(pool, role, spec, previous, capacity, gathered, shadow)
+            seeding = self._history_seed(
+                pool, role, spec, previous, capacity, gathered, shadow, now
+            )
+            # A replay for spec.policy's daily check weighs the policies; it seeds the
+            # risk model only while that has no calibration of its own.
+            if not needs_seed(previous.risk, objective):
+                seeding, checked = None, seeding
+            else:
+                checked = seeding
             seed = seeding.seed if seeding is not None else None
             risk = learn_risk(
                 previous.risk,
@@ -470,6 +487,13 @@ class Reconciler:
                 seed=seeded(previous.risk, seed) if seed is not None else None,
             )
             sizing = risk_sizing(risk, objective, now)
+        policy = None
+        reactive = None
+        if role is None:  # a disaggregated pool's roles plan on their forecasts
+            evidence = checked.seed if checked is not None else None
+            policy = policy_status(spec, previous.policy, evidence, now)
+            if policy.in_force == "reactive" and shadow is not None:
+                reactive = reactive_count(shadow, gathered.current_replicas)
         key = fleet_key(pool.uid, role)
         snapshot = gathered.snapshot
         at, observed = (snapshot.at, snapshot.demand) if snapshot else (now, None)
@@ -484,6 +508,7 @@ class Reconciler:
             sizing,
             self.interval_seconds,
             observed_rise(recent, at, observed),
+            reactive,
         )
         self._observed[key] = remember_observation(recent, at, observed)
         decision, change = external.govern(spec, pool.generation, examined, decision)
@@ -528,6 +553,9 @@ class Reconciler:
         )
         if objective is not None and role is None:
             status = with_history_seed(status, previous, seeding, objective, now, pool.generation)
+        if policy is not None:
+            status = status.model_copy(update={"policy": policy})
+            await self._policy_event(pool, previous.policy, policy)
         status = external.record(status, spec, examined, change, decision, now, pool.generation)
         if prewarm is not None:
             status = with_prewarm_condition(status, warmup, now, pool.generation)
@@ -548,16 +576,19 @@ class Reconciler:
         capacity: CapacityModel,
         gathered: Gathered,
         shadow: Shadow,
+        now: float,
     ) -> CalibrationView | None:
-        """Where the pool's seed from history stands (see :mod:`.calibrate`): asked for
-        while its risk model was never seeded nor calibrated on its own lookaheads (a
-        unified pool; a role calibrates on its own). Never waits for the replay."""
+        """Where the replay of the pool's history stands (see :mod:`.calibrate`): asked
+        for while its risk model was never seeded nor calibrated on its own lookaheads (a
+        unified pool; a role calibrates on its own), and once a day for ``spec.policy:
+        auto``'s check (:func:`.policy.check_due`). Never waits for the replay."""
         key = fleet_key(pool.uid, role)
         if self.calibrator is None or role is not None or spec.forecast is None:
             return None
         objective = risk_objective(spec)
         cached = self._sources.get(key)
-        if not needs_seed(previous.risk, objective) or cached is None:
+        due = check_due(spec, previous.policy, now)
+        if (not needs_seed(previous.risk, objective) and not due) or cached is None:
             self.calibrator.forget(key)
             return None
         # The replay forecasts with the model the pool forecasts with now (auto's choice):
@@ -582,8 +613,23 @@ class Reconciler:
             hpa_target=shadow.setup.target,
             decision_seconds=decision,
             min_seconds=objective.min_outcomes * decision,
+            check=check_index(now) if due else 0,
         )
         return self.calibrator.request(key, job)
+
+    async def _policy_event(
+        self, pool: PoolObject, previous: PolicyStatus | None, policy: PolicyStatus
+    ) -> None:
+        """One Event per switch of the policy in force, and the metric."""
+        self.metrics.set_policy(pool.namespace, pool.name, policy.in_force)
+        if switched(previous, policy):
+            how = "its HPA would" if policy.in_force == "reactive" else "its forecast says"
+            await self.kube.post_event(
+                pool.ref,
+                "Normal",
+                "PolicySwitched",
+                f"plans as {how} ({policy.in_force}): {policy.reason}"[:1024],
+            )
 
     # ------------------------------------------------------------------ gather
     async def _gather(
@@ -1338,11 +1384,13 @@ def decide(
     risk: RiskSizing | None = None,
     interval_seconds: float = 0.0,
     rise: float | None = None,
+    reactive: int | None = None,
 ) -> ScalePlan:
     """The planner's inputs from what was gathered, and its decision (pure). ``risk`` is
     the peak risk model's margin (see :func:`prescaler.controller.status.learn_risk`);
     ``interval_seconds`` the time to the next reconcile; ``rise`` how fast the
-    observed demand rose lately (:func:`prescaler.planning.observed_rise`)."""
+    observed demand rose lately (:func:`prescaler.planning.observed_rise`); ``reactive``
+    the count the pool's HPA holds, when the pool plans as its HPA would."""
     snapshot = gathered.snapshot
     observed = snapshot.demand if snapshot else None
     hot = spec.standby.hot.replicas > 0
@@ -1378,5 +1426,6 @@ def decide(
             forecast_expected=spec.forecast is not None,
             risk=risk,
             decision_interval_seconds=interval_seconds,
+            reactive_replicas=reactive,
         )
     )

@@ -26,6 +26,7 @@ from dataclasses import dataclass, replace
 from typing import Literal
 
 __all__ = [
+    "NEGLIGIBLE_WAITING",
     "POLICY_MARGIN",
     "POLICY_SWITCH_DAYS",
     "Evidence",
@@ -44,6 +45,10 @@ POLICY_MARGIN = 0.2
 most 0.8), and within how much of the curve the cheaper candidate wins."""
 POLICY_SWITCH_DAYS = 2
 """Daily re-checks in a row the other candidate must win before the pool switches."""
+NEGLIGIBLE_WAITING = 1e-4
+"""A share of demand left waiting below which a day counts as served (one token in ten
+thousand): where both the forecast and the HPA's curve leave less, their ratio is noise,
+and the cheaper plans."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,8 +109,10 @@ def frontier_ratio(
         span = xs[i] - xs[i - 1]
         w = (gpu_hours - xs[i - 1]) / span if span > 0 else 1.0
         on_curve = ys[i - 1] + w * (ys[i] - ys[i - 1])
+    if unserved < NEGLIGIBLE_WAITING and on_curve < NEGLIGIBLE_WAITING:
+        return None
     if on_curve <= 0:
-        return None if unserved <= 0 else math.inf
+        return math.inf
     return unserved / on_curve
 
 
@@ -122,7 +129,7 @@ def judge(evidence: Evidence, margin: float = POLICY_MARGIN) -> Verdict:
     )
     cheaper: PolicyName = "forecast" if e.forecast_gpu_hours < e.reactive_gpu_hours else "reactive"
     if ratio is None:
-        return Verdict(cheaper, None, f"{said}: neither left demand waiting, the cheaper plans")
+        return Verdict(cheaper, None, f"{said}: both served all but a trace, the cheaper plans")
     if ratio <= 1 - margin:
         return Verdict("forecast", ratio, f"{said}: {ratio:.2f} of the HPA's curve")
     if ratio < 1 + margin:

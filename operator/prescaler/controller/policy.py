@@ -1,0 +1,123 @@
+"""Which way a pool plans this reconcile (``spec.policy``), kept in ``status.policy``.
+
+A pool that names ``forecast`` or ``reactive`` plans that way. One with ``auto`` (the
+default) plans on the forecast until its history has been replayed, then with what the
+replay's evidence says (:func:`prescaler.planning.recheck`): the first verdict at once,
+later ones, from the replay asked for once a day (:func:`check_due`), after two in a row.
+In reactive mode the plan is the count the pool's shadow HPA holds (:func:`reactive_count`).
+
+Pure: the status and the seed in, the status out; the reconcile posts the Event and sets
+the metric on a switch.
+"""
+
+from __future__ import annotations
+
+from prescaler.api import InferencePoolSpec, PolicyStatus
+from prescaler.backtest import CHECK_SECONDS
+from prescaler.controller.calibrate import Seed
+from prescaler.controller.status import Shadow, parse_rfc3339, rfc3339
+from prescaler.planning import PolicyChoice, recheck
+
+__all__ = ["check_due", "check_index", "policy_status", "reactive_count", "switched"]
+
+WAITING = "no replay of its history yet: the forecast plans until the first one"
+
+
+def check_due(spec: InferencePoolSpec, previous: PolicyStatus | None, now: float) -> bool:
+    """Whether ``auto`` wants a replay of the pool's history now: never weighed, or last
+    weighed a day ago or more."""
+    if spec.policy != "auto" or spec.forecast is None:
+        return False
+    checked = parse_rfc3339(previous.checked_at) if previous is not None else None
+    chosen = previous is not None and previous.chosen_by == "history"
+    return not chosen or checked is None or now - checked >= CHECK_SECONDS
+
+
+def check_index(now: float) -> int:
+    """The daily check a replay asked for at ``now`` belongs to."""
+    return int(now // CHECK_SECONDS)
+
+
+def _choice(previous: PolicyStatus | None) -> PolicyChoice | None:
+    if previous is None or previous.chosen_by != "history":
+        return None
+    since = parse_rfc3339(previous.since)
+    checked = parse_rfc3339(previous.checked_at)
+    if since is None or checked is None:
+        return None
+    return PolicyChoice(
+        previous.in_force,
+        since,
+        previous.reason,
+        checked,
+        previous.frontier_ratio,
+        previous.pending,
+        previous.switches,
+    )
+
+
+def _status(choice: PolicyChoice) -> PolicyStatus:
+    ratio = choice.ratio
+    return PolicyStatus(
+        in_force=choice.policy,
+        chosen_by="history",
+        since=rfc3339(choice.since),
+        reason=choice.reason[:1024],
+        checked_at=rfc3339(choice.checked_at),
+        frontier_ratio=None if ratio is None else round(min(ratio, 1e9), 4),
+        pending=choice.pending,
+        switches=choice.switches,
+    )
+
+
+def policy_status(
+    spec: InferencePoolSpec, previous: PolicyStatus | None, seed: Seed | None, now: float
+) -> PolicyStatus:
+    """The policy in force after this reconcile: ``spec.policy``'s, or ``auto``'s choice
+    with the seed's evidence weighed once (a seed replayed after the last check)."""
+    if spec.policy != "auto" or spec.forecast is None:
+        named = "forecast" if spec.forecast is None else spec.policy
+        assert named != "auto"
+        if previous is not None and previous.chosen_by == "spec" and previous.in_force == named:
+            return previous
+        moved = previous is not None and previous.in_force != named
+        return PolicyStatus(
+            in_force=named,
+            chosen_by="spec",
+            since=rfc3339(now),
+            reason=(
+                "spec.policy names it"
+                if spec.forecast is not None
+                else "no spec.forecast: the windows and the bounds plan"
+            ),
+            switches=(previous.switches if previous is not None else 0) + int(moved),
+        )
+    choice = _choice(previous)
+    evidence = seed.evidence if seed is not None else None
+    fresh = seed is not None and (choice is None or seed.replayed_at > choice.checked_at)
+    if seed is not None and evidence is not None and fresh:
+        choice = recheck(choice, evidence, seed.replayed_at)
+    if choice is None:
+        if previous is not None and previous.chosen_by == "history":
+            return previous
+        return PolicyStatus(
+            in_force="forecast",
+            chosen_by="history",
+            since=rfc3339(now),
+            reason=WAITING,
+            switches=previous.switches if previous is not None else 0,
+        )
+    return _status(choice)
+
+
+def switched(previous: PolicyStatus | None, current: PolicyStatus) -> bool:
+    """Whether the policy in force changed (a pool's first status is no switch)."""
+    return previous is not None and previous.in_force != current.in_force
+
+
+def reactive_count(shadow: Shadow, current: int) -> int:
+    """What the pool's HPA holds now: its shadow's replicas (starting ones included: each
+    holds GPUs), or the current count before the shadow has synced once."""
+    if shadow.state.clock is None:
+        return current
+    return shadow.state.hpa.existing

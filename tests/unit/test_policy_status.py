@@ -1,0 +1,76 @@
+"""``status.policy``: what a pool plans with, from ``spec.policy`` and its replays."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from prescaler.api import AgainstHpaWindow, InferencePoolSpec
+from prescaler.controller.calibrate import Seed
+from prescaler.controller.policy import check_due, policy_status
+from prescaler.planning import Evidence, PeakRisk
+
+DAY = 86_400.0
+NOW = 1_800_000_000.0
+CURVE = ((80.0, 0.04), (90.0, 0.02), (100.0, 0.01), (120.0, 0.002), (140.0, 0.0))
+PAYS = Evidence(0.002, 95.0, 0.01, 100.0, CURVE)  # 0.13 of the HPA's curve
+DEAR = Evidence(0.005, 130.0, 0.01, 100.0, CURVE)  # 5 x the curve, 1.3 x the GPU-hours
+
+
+def spec(**fields: Any) -> InferencePoolSpec:
+    return InferencePoolSpec.model_validate(
+        {
+            "target": {"name": "llm"},
+            "model": {"tokensPerSecond": 1000},
+            "forecast": {"prometheus": {"url": "http://prometheus:9090"}},
+            **fields,
+        }
+    )
+
+
+def seed(evidence: Evidence, at: float) -> Seed:
+    window = AgainstHpaWindow(
+        observed_hours=24.0, gpu_hours=1.0, standby_gpu_hours=0.0, hpa_gpu_hours=1.0,
+        saved_gpu_hours=0.0,
+    )
+    return Seed(PeakRisk(), window, 24.0, evidence=evidence, replayed_at=at)
+
+
+def test_auto_plans_on_the_forecast_until_its_history_is_replayed() -> None:
+    status = policy_status(spec(), None, None, NOW)
+    assert (status.in_force, status.chosen_by) == ("forecast", "history")
+    assert "no replay" in status.reason
+    assert check_due(spec(), status, NOW)
+
+
+def test_a_history_that_says_reactive_starts_reactive_and_says_why() -> None:
+    waiting = policy_status(spec(), None, None, NOW - 60)
+    status = policy_status(spec(), waiting, seed(DEAR, NOW), NOW)
+    assert (status.in_force, status.chosen_by, status.switches) == ("reactive", "history", 0)
+    assert status.frontier_ratio == 5.0
+    assert "5.00 of the HPA's curve" in status.reason
+    assert status.checked_at is not None
+    assert not check_due(spec(), status, NOW + DAY - 1)
+    assert check_due(spec(), status, NOW + DAY)
+    # The same replay weighed again changes nothing.
+    assert policy_status(spec(), status, seed(DEAR, NOW), NOW + 15) == status
+
+
+def test_it_switches_to_the_forecast_after_two_daily_checks_in_a_row() -> None:
+    status = policy_status(spec(), None, seed(DEAR, NOW), NOW)
+    one = policy_status(spec(), status, seed(PAYS, NOW + DAY), NOW + DAY)
+    assert (one.in_force, one.pending) == ("reactive", 1)
+    two = policy_status(spec(), one, seed(PAYS, NOW + 2 * DAY), NOW + 2 * DAY)
+    assert (two.in_force, two.pending, two.switches) == ("forecast", 0, 1)
+    assert two.since is not None
+    assert two.since.startswith("2027-01-17")
+
+
+def test_an_explicit_policy_is_never_switched() -> None:
+    named = spec(policy="reactive")
+    status = policy_status(named, None, seed(PAYS, NOW), NOW)
+    assert (status.in_force, status.chosen_by) == ("reactive", "spec")
+    assert not check_due(named, status, NOW + 7 * DAY)
+    again = policy_status(named, status, seed(PAYS, NOW + DAY), NOW + DAY)
+    assert again == status
+    forecast = policy_status(spec(policy="forecast"), status, seed(DEAR, NOW + DAY), NOW + DAY)
+    assert (forecast.in_force, forecast.switches) == ("forecast", 1)
