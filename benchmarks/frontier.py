@@ -51,6 +51,7 @@ chosen on instead (the first half of each trace; nothing is written).
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import math
 import sys
@@ -116,6 +117,10 @@ RELATIVE = (0.2, 0.35, 0.5, 0.7, 1.0)
 FLOORS = (0.0001, 0.0003, 0.001, 0.003)
 """``relativeFloor`` values at the default ``relativeToHpa`` (the default floor's point is
 the default point, kept in the ``predictive`` series)."""
+FORECAST = ["--policy", "forecast"]
+"""The forecast planner alone (``spec.policy: forecast``): its knobs are swept on it."""
+CHOICES: dict[tuple[str, int], list[str]] = {}
+"""The default point's policy in force on each replayed day, by (trace, cold start)."""
 TARGET_GPU = 0.95
 """The target's GPU-hours, as a share of the HPA's (its unserved target is 0.7 x the HPA's)."""
 
@@ -209,7 +214,7 @@ def sweep(
     curves and the default point alone (what a default is judged by)."""
     from prescaler.api import ObjectiveSpec
     from prescaler.backtest import reactive_policy
-    from prescaler.backtest._policies import KedaPolicy
+    from prescaler.backtest._policies import AutoPolicy, KedaPolicy
 
     prep, one, replay = replayer(trace_args, cold)
     points: list[Point] = []
@@ -218,25 +223,29 @@ def sweep(
     oracle = replay(one("oracle", []))
     points.append(Point("oracle", "", 0.0, True, *oracle))
     points += reference_points(one, replay)
+    # The default point: the product's defaults, spec.policy auto included (the daily
+    # re-checks choose between the forecast planner and the HPA on the replayed demand).
+    default_relative = ObjectiveSpec.default_of("relative_to_hpa")
+    product = one("predictive", [])
+    points.append(Point("predictive", "relative", default_relative, True, *replay(product)))
+    if isinstance(product, AutoPolicy):  # the policy in force on each replayed day
+        start, days = prep.demand.replay_start, len(prep.demand.replay_tokens_per_s) // 1440
+        CHOICES[(name, cold)] = [product.in_force(start + 86400.0 * d) for d in range(days)]
     if default_only:
-        relative = ObjectiveSpec.default_of("relative_to_hpa")
-        points.append(
-            Point("predictive", "relative", relative, True, *replay(one("predictive", [])))
-        )
         print(f"{name} {cold}s: {time.perf_counter() - started:.0f} s", file=sys.stderr)
         return points
     for k in PERSISTENCE_K:
         r = replay(one("persistence", ["--persistence-k", str(k)]))
         points.append(Point("persistence", "k", k, k == 1.4, *r))
-    default_relative = ObjectiveSpec.default_of("relative_to_hpa")
+    # The forecast planner's own knobs (spec.policy forecast): its curve.
     store: dict[int, Any] = {}
     for f in sorted({*RELATIVE, default_relative}):
-        policy = one("predictive", ["--relative-to-hpa", str(f)])
+        policy = one("predictive", [*FORECAST, "--relative-to-hpa", str(f)])
         policy = replace(policy, forecaster=CachedForecaster(policy.forecaster, store))
         r = replay(policy)
-        points.append(Point("predictive", "relative", f, f == default_relative, *r))
+        points.append(Point("predictive (forecast)", "relative", f, False, *r))
     for f in SERVED:
-        policy = one("predictive", ["--served-fraction", str(f)])
+        policy = one("predictive", [*FORECAST, "--served-fraction", str(f)])
         policy = replace(policy, forecaster=CachedForecaster(policy.forecaster, store))
         r = replay(policy)
         points.append(Point("predictive (served)", "served", f, False, *r))
@@ -244,7 +253,7 @@ def sweep(
     # KEDA: the default plan as an external trigger beside a reactive one, the reactive
     # trigger's target swept (one HPA, the larger recommendation wins).
     for t in KEDA_TARGETS:
-        planned = one("predictive", [])
+        planned = one("predictive", FORECAST)
         planned = replace(planned, forecaster=CachedForecaster(planned.forecaster, store))
         r = replay(KedaPolicy(planned, reactive_policy(prep.config, t)))
         points.append(Point("keda", "target", t, t == 0.7, *r))
@@ -262,7 +271,7 @@ def floor_points(one: Any, replay: Any, store: dict[int, Any]) -> list[Point]:
     for f in FLOORS:
         if f == default_floor:
             continue
-        policy = one("predictive", ["--relative-floor", str(f)])
+        policy = one("predictive", [*FORECAST, "--relative-floor", str(f)])
         policy = replace(policy, forecaster=CachedForecaster(policy.forecaster, store))
         points.append(Point("predictive (floor)", "floor", f, False, *replay(policy)))
     return points
@@ -280,7 +289,9 @@ def headline(points: list[Point]) -> tuple[float | None, float | None]:
     """(a) GPU-hours predictive needs for the HPA's unserved fraction / the HPA's, and
     (b) predictive's unserved fraction at the HPA's GPU-hours / the HPA's."""
     hpa = hpa_point(points)
-    pred = sorted((p for p in points if p.policy == "predictive"), key=lambda p: p.gpu_hours)
+    pred = sorted(
+        (p for p in points if p.policy == "predictive (forecast)"), key=lambda p: p.gpu_hours
+    )
     gpu = np.array([p.gpu_hours for p in pred])
     uns = np.array([p.unserved for p in pred])
     if hpa.unserved <= 0:  # nothing to interpolate to: the cheapest point with none either
@@ -398,7 +409,8 @@ def plot(name: str, cold: int, points: list[Point], path: Path) -> None:
     styles = {
         "reactive": ("tab:red", "o"),
         "persistence": ("tab:gray", "s"),
-        "predictive": ("tab:blue", "D"),
+        "predictive": ("tab:blue", "*"),
+        "predictive (forecast)": ("tab:blue", "D"),
         "predictive (served)": ("tab:cyan", "d"),
         "predictive (floor)": ("tab:olive", "P"),
         "keda": ("tab:purple", "v"),
@@ -441,6 +453,16 @@ def plot(name: str, cold: int, points: list[Point], path: Path) -> None:
     plt.close(fig)
 
 
+def policy_days(name: str, cold: int) -> str:
+    """The default's daily choices on one trace: the replayed days planned on the forecast
+    (the policy in force as each day starts), and how often the policy switched."""
+    held = CHOICES.get((name, cold), [])
+    if not held:
+        return "–"
+    switches = sum(a != b for a, b in itertools.pairwise(held))
+    return f"{held.count('forecast')} of {len(held)}, {switches}"
+
+
 def _fmt(x: float | None) -> str:
     return "out of the swept range" if x is None else f"{x:.2f}"
 
@@ -449,8 +471,9 @@ def headline_section(results: list[tuple[str, int, list[Point], Path]]) -> str:
     """The default point per trace and cold start, and over the traces per cold start."""
     lines = [
         "| trace | cold start | unserved ÷ HPA | GPU-h ÷ HPA | frontier ratio | "
-        "share of the gap closed | direction changes / day (HPA at 0.7) |",
-        "|---|---|---:|---:|---:|---:|---:|",
+        "share of the gap closed | direction changes / day (HPA at 0.7) | "
+        "policy (auto): days on the forecast, switches |",
+        "|---|---|---:|---:|---:|---:|---:|---|",
     ]
     for name, cold, points, _ in results:
         h = default_headline(points)
@@ -458,7 +481,7 @@ def headline_section(results: list[tuple[str, int, list[Point], Path]]) -> str:
         note = " (dearer than the HPA at 0.5)" if h.dearer_than_half else ""
         lines.append(
             f"| {name} | {cold} s | {_fmt(h.unserved)} | {h.gpu_hours:.3f}{note} "
-            f"| {h.ratio_text} | {gap} | {flapping(points)} |"
+            f"| {h.ratio_text} | {gap} | {flapping(points)} | {policy_days(name, cold)} |"
         )
     for cold in sorted({c for _, c, _, _ in results}):
         mine = [pts for _, c, pts, _ in results if c == cold]
@@ -498,9 +521,10 @@ def over_traces(pairs: list[tuple[Point, Point]]) -> tuple[str, float]:
     return mean, sum(d.gpu_hours for _, d in pairs) / sum(hpa.gpu_hours for hpa, _ in pairs)
 
 
-PREDICTIVE = ("predictive", "predictive (served)", "predictive (floor)")
-"""prescaler's own sweeps: ``relativeToHpa`` (the default objective), ``servedFraction`` and
-``relativeFloor``."""
+PREDICTIVE = ("predictive", "predictive (forecast)", "predictive (served)", "predictive (floor)")
+"""prescaler's default point (``spec.policy: auto``), then the forecast planner's own sweeps
+(``spec.policy: forecast``): ``relativeToHpa`` (the default objective), ``servedFraction``
+and ``relativeFloor``."""
 
 
 def objectives_section(results: list[tuple[str, int, list[Point], Path]]) -> str:
@@ -529,7 +553,11 @@ def objectives_section(results: list[tuple[str, int, list[Point], Path]]) -> str
             for pts, (_, d) in zip(mine, pairs, strict=True):
                 on_hpa = curve_at(pts, "reactive", d.gpu_hours)
                 frontier.append("–" if not on_hpa else f"{d.unserved / on_hpa:.2f}")
-            label = f"{knob} {value:g}" + (" (default)" if default else "")
+            label = (
+                "the defaults (policy auto)"
+                if default
+                else f"{knob} {value:g}" + (" (forecast)" if policy != "predictive" else "")
+            )
             row = f"| {label} | {cold} s | {mean} | {gpu:.3f} | "
             lines.append(row + " | ".join(frontier) + " |")
     return "\n".join(lines) + "\n"
@@ -679,10 +707,9 @@ def main() -> int:
     swept: list[tuple[str, int, list[Point]]] = []
     if args.from_points:
         for path in args.points or [POINTS]:
-            swept.extend(
-                (run["trace"], run["cold"], [Point(**p) for p in run["points"]])
-                for run in json.loads(path.read_text())
-            )
+            for run in json.loads(path.read_text()):
+                swept.append((run["trace"], run["cold"], [Point(**p) for p in run["points"]]))
+                CHOICES[(run["trace"], run["cold"])] = run.get("choices", [])
     else:
         traces = Path(tempfile.mkdtemp(prefix="prescaler-traces-"))
         runs = {
@@ -698,7 +725,13 @@ def main() -> int:
                 )
         if whole or args.points:
             runs_json = [
-                {"trace": n, "cold": c, "points": [asdict(p) for p in pts]} for n, c, pts in swept
+                {
+                    "trace": n,
+                    "cold": c,
+                    "points": [asdict(p) for p in pts],
+                    "choices": CHOICES.get((n, c), []),
+                }
+                for n, c, pts in swept
             ]
             (args.points[0] if args.points else POINTS).write_text(
                 json.dumps(runs_json, indent=1) + "\n"
