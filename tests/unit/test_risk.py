@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import replace
 
@@ -11,6 +12,9 @@ from prescaler.api import parse_spec, risk_objective
 from prescaler.capacity import CapacityModel, TokenProfile
 from prescaler.controller.status import peak_risk, risk_status
 from prescaler.planning import (
+    BUDGET_ERROR_CAP,
+    BUDGET_GAIN,
+    BUDGET_MAX_TARGET,
     BUDGET_RATE,
     LEVEL_BUCKETS,
     LOG_BINS,
@@ -21,6 +25,8 @@ from prescaler.planning import (
     RiskObjective,
     RiskSizing,
     ScalingPolicy,
+    Spend,
+    budget_step,
     observe_risk,
     plan,
     record_risk,
@@ -451,63 +457,203 @@ def test_the_status_names_the_objective_in_force_and_keeps_its_target() -> None:
 
 
 def steady(
-    risk: PeakRisk, obj: RiskObjective, minutes: int, ready: float, hpa_ready: float
+    risk: PeakRisk,
+    obj: RiskObjective,
+    minutes: int,
+    ratio: float,
+    hours: float = 24.0,
+    hpa_ready: float = 80.0,
 ) -> PeakRisk:
-    """``minutes`` of observations every 15 s: demand 100 (the HPA leaves 20 % waiting,
-    ready 80), our ready capacity ``ready``, the HPA's ``hpa_ready``; a lookahead a minute."""
+    """``minutes`` of observations every 15 s: demand 100 (the HPA's ready capacity
+    ``hpa_ready``: 80 leaves 20 % waiting; ours 100), the trailing day's GPU-hours
+    ``ratio`` x the shadow HPA's over ``hours``; a lookahead a minute."""
     t = risk.observed_at if risk.observed_at is not None else 0.0
+    spend = Spend(gpu_hours=ratio * 100.0, hpa_gpu_hours=100.0, hours=hours)
     for _ in range(minutes):
         risk = record_risk(risk, t, t + 60, 100.0, 100.0)
         for _ in range(4):
             t += 15
-            risk = observe_risk(risk, obj, t, 100.0, ready, None, hpa_ready, None)
+            risk = observe_risk(risk, obj, t, 100.0, 100.0, None, hpa_ready, None, spend)
     return risk
 
 
+def budgeted(rho: float = 0.1, floor: float = 0.0001) -> RiskObjective:
+    return replace(relative(rho=rho, floor=floor, level=0.9), budget_to_hpa=0.9)
+
+
 def test_a_pool_cheaper_than_its_budget_spends_the_difference_on_waiting_less() -> None:
-    """With ``budgetToHpa``, a pool whose ready capacity stays below that share of the
-    shadow HPA's scales ρ down (an integral controller), to a tenth of ρ at most; its
-    target follows, and the record survives a restart through the status."""
-    obj = replace(relative(rho=0.5, floor=0.0001, level=0.9), budget_to_hpa=0.9)
-    risk = steady(PeakRisk(), obj, 10, ready=64.0, hpa_ready=80.0)  # 0.8 x the HPA's
+    """Under budget the scale on ε falls (the proportional step at once, the integral
+    over the day), to a tenth of ρ at most; the target follows, and the controller's
+    state survives a restart through the status."""
+    obj = budgeted(rho=0.5)
+    risk = steady(PeakRisk(), obj, 10, ratio=0.8)
     assert risk.capacity_ratio == pytest.approx(0.8)
-    # Ten minutes at 0.1 below the budget: the log of the scale fell by 0.04 x 10 x 0.1
-    # (the first observation has no interval: nothing to weigh).
-    assert math.log(risk.relative_scale) == pytest.approx(-BUDGET_RATE * (10 - 0.25) * 0.1)
+    error = math.log(0.8 / 0.9)
+    # Ten minutes at the error (the first observation has no interval: nothing to weigh).
+    integral = BUDGET_RATE * error * (10 * 60 - 15) / DAY
+    assert risk.budget_integral == pytest.approx(integral)
+    assert math.log(risk.relative_scale) == pytest.approx(integral + BUDGET_GAIN * error)
     share = risk.hpa_share or 0.0
     assert risk.target is not None
     assert risk.target < 0.5 * share
     status = risk_status(risk, risk_sizing(risk, obj), obj)
-    assert status.relative_scale == pytest.approx(risk.relative_scale)
-    assert status.capacity_to_hpa == pytest.approx(0.8)
+    assert status.budget is not None
+    assert status.budget.binds == "objective"
+    assert status.budget.gpu_hours_to_hpa == pytest.approx(0.8)
+    assert status.budget.budget_to_hpa == 0.9
+    assert status.budget.scale == pytest.approx(risk.relative_scale, rel=1e-5)
+    assert status.budget.target_waited_fraction == pytest.approx(
+        obj.target(share, risk.relative_scale), rel=1e-5
+    )
+    assert "under the budget" in status.budget.message
     restored = peak_risk(status)
-    assert restored.relative_scale == pytest.approx(risk.relative_scale)
-    assert restored.capacity_ratio == pytest.approx(0.8)
-    # Days below the budget: the scale stops at its least.
-    low = steady(restored, obj, 3 * 24 * 60, ready=40.0, hpa_ready=80.0)
+    assert restored.budget_integral == pytest.approx(risk.budget_integral, abs=1e-6)
+    assert restored.relative_scale == pytest.approx(risk.relative_scale, rel=1e-5)
+    # Days below the budget: the scale stops at its least, the floor holding.
+    low = steady(restored, obj, 10 * 24 * 60, ratio=0.6)
     assert low.relative_scale == pytest.approx(MIN_RELATIVE_SCALE)
-    share = low.hpa_share or 0.0
+    assert low.budget_integral == pytest.approx(math.log(MIN_RELATIVE_SCALE))
     assert obj.target(share, low.relative_scale) == pytest.approx(0.5 * MIN_RELATIVE_SCALE * share)
-    assert low.target is not None
-    assert low.target < 0.15 * 0.5 * share  # faded toward it
-    # Dearer than the budget: the scale climbs back, never above ρ itself.
-    dear = steady(low, obj, 3 * 24 * 60, ready=120.0, hpa_ready=80.0)
-    assert dear.relative_scale == pytest.approx(1.0)
-    assert dear.capacity_ratio is not None
-    assert dear.capacity_ratio > 0.9
+    assert obj.target(0.0, low.relative_scale) == obj.relative_floor
 
 
-def test_without_a_budget_or_the_hpa_s_capacity_rho_stays_as_it_is() -> None:
-    cheap = steady(PeakRisk(), relative(rho=0.5), 60, ready=40.0, hpa_ready=80.0)
+def test_a_pool_dearer_than_its_budget_waits_more_past_rho_and_past_the_hpa() -> None:
+    """Over budget the scale rises above 1: ε goes past ρ times the HPA's share and, if
+    need be, past the HPA's share itself, to at most BUDGET_MAX_TARGET; the status says
+    the budget binds. Back under budget, the scale comes down again (binding both ways)."""
+    obj = replace(budgeted(rho=0.1), adapt_rate=0.0)  # the levels never reach their least
+    dear = steady(PeakRisk(), obj, 5 * 24 * 60, ratio=1.8, hpa_ready=95.0)
+    share = dear.hpa_share or 0.0
+    assert share == pytest.approx(0.05)
+    assert dear.relative_scale > 1 / 0.1  # past the HPA's own share
+    eps = obj.target(share, dear.relative_scale)
+    assert share < eps <= BUDGET_MAX_TARGET or eps == pytest.approx(BUDGET_MAX_TARGET)
+    status = risk_status(dear, None, obj).budget
+    assert status is not None
+    assert status.binds == "budget"
+    assert "the budget binds" in status.message
+    # Held long at its ceiling, the integral did not wind up: the first hours back under
+    # budget bring ε below the ceiling at once (the proportional step) and on down.
+    ceiling = obj.budget_ceiling(share)
+    assert dear.relative_scale == pytest.approx(ceiling)
+    assert dear.budget_integral <= math.log(ceiling) + 1e-9
+    back = steady(dear, obj, 60, ratio=0.8, hpa_ready=95.0)
+    assert back.relative_scale < ceiling * math.exp(BUDGET_GAIN * math.log(0.8 / 0.9) * 0.99)
+    later = steady(back, obj, 6 * 24 * 60, ratio=0.45, hpa_ready=95.0)
+    assert later.relative_scale < 1.0
+    assert risk_status(later, None, obj).budget.binds == "objective"  # type: ignore[union-attr]
+
+
+def test_raising_epsilon_stops_where_the_levels_cannot_fall_further() -> None:
+    """Anti-windup: with every hour's level at its least, a higher ε buys nothing, so the
+    integral holds (the bounded proportional term stays); at its most, it does not fall."""
+    integral, scale = budget_step(0.5, 1.2, 24.0, 0.9, 60.0, 100.0, may_loosen=False)
+    assert integral == 0.5
+    assert scale == pytest.approx(math.exp(0.5 + BUDGET_GAIN * math.log(1.2 / 0.9)))
+    assert budget_step(0.5, 1.2, 24.0, 0.9, 60.0, 100.0)[0] > 0.5
+    assert budget_step(-0.5, 0.8, 24.0, 0.9, 60.0, 100.0, may_tighten=False)[0] == -0.5
+    # The levels at their least through observe_risk.
+    obj = replace(budgeted(), min_level=0.9)  # the levels start at 0.9: at their least
+    risk = replace(PeakRisk(), levels=(0.9,) * LEVEL_BUCKETS)
+    held = steady(risk, obj, 60, ratio=1.2)
+    assert held.budget_integral == 0.0
+    assert held.relative_scale == pytest.approx(math.exp(BUDGET_GAIN * math.log(1.2 / 0.9)))
+
+
+def test_a_short_record_or_a_wild_one_moves_the_budget_slower() -> None:
+    """The error is weighted by the record's coverage (hours of 24) and clipped to
+    BUDGET_ERROR_CAP: a few hours, or a day ten times over budget, cannot swing ε."""
+    full = budget_step(0.0, 1.2, 24.0, 0.9, 60.0, 100.0)
+    short = budget_step(0.0, 1.2, 6.0, 0.9, 60.0, 100.0)
+    assert short[0] == pytest.approx(full[0] / 4)
+    wild = budget_step(0.0, 9.0, 24.0, 0.9, 60.0, 100.0)
+    assert math.log(wild[1]) == pytest.approx(
+        BUDGET_ERROR_CAP * (BUDGET_GAIN + BUDGET_RATE * 60.0 / DAY)
+    )
+    assert budget_step(0.0, float("nan"), 24.0, 0.9, 60.0, 100.0) == (0.0, 1.0)
+
+
+def _closed_loop(
+    gain: float, lag_days: float, start: float, days: int = 14, rate: float | None = None
+) -> list[float]:
+    """The budget's controller on a model of the loop over a repeating day: the pool's
+    cost ratio at each minute is ``start`` times a daily cycle (dearer in the day's ramp
+    hours, cheaper at night; mean 1), times ``exp(-gain * y)``, where ``y`` follows the log
+    of the scale through a first-order lag of ``lag_days`` (the levels adapting to a new
+    ε); the controller reads the trailing day of it (a sliding 24 h mean), as the shadow's
+    record gives it. Returns the trailing day's ratio at the end of each day."""
+    minutes = 1440
+    window: list[float] = []
+    integral, scale, y = 0.0, 1.0, 0.0
+    daily: list[float] = []
+    for k in range(days * minutes):
+        y += (math.log(scale) - y) / (lag_days * minutes)
+        cycle = 1.0 + 0.3 * math.sin(2 * math.pi * k / minutes)
+        window.append(start * cycle * math.exp(-gain * y))
+        if len(window) > minutes:
+            window.pop(0)
+        ratio = sum(window) / len(window)
+        if rate is None:
+            integral, scale = budget_step(integral, ratio, len(window) / 60, 0.9, 60.0, 1e4)
+        else:  # the same with another integral rate (the proportional term off)
+            error = math.log(ratio / 0.9) * min(1.0, len(window) / minutes)
+            integral += rate * error / minutes
+            scale = math.exp(integral)
+        if (k + 1) % minutes == 0:
+            daily.append(ratio)
+    return daily
+
+
+@pytest.mark.parametrize("gain", [0.1, 0.3, 0.5])
+@pytest.mark.parametrize("lag_days", [0.25, 1.0, 2.0])
+def test_the_budget_converges_on_a_daily_series_without_oscillating(
+    gain: float, lag_days: float
+) -> None:
+    """A pool 1.3 x its HPA's GPU-hours with a budget of 0.9: the trailing day's ratio
+    falls to the budget and does not swing past it by more than 10 % of the first gap
+    (no oscillation: at most one crossing of the budget), whatever the cost's sensitivity
+    to ε (its log falls by ``gain`` per unit of log ε) and however slowly the levels
+    follow (``lag_days``). Mirrored: a pool at 0.7 x tightens toward the budget."""
+    for start in (1.3, 0.7):
+        daily = _closed_loop(gain, lag_days, start, days=30)
+        gap = math.log(start / 0.9)
+        errors = [math.log(r / 0.9) / gap for r in daily]  # 1 at the start, 0 at the budget
+        assert min(errors) > -0.1, errors  # bounded overshoot
+        # A swing is a move from one side of the budget to the other by more than 2 %.
+        sides = [math.copysign(1.0, e) for e in errors if abs(e) > 0.02]
+        swings = sum(1 for a, b in itertools.pairwise(sides) if a != b)
+        assert swings <= 1, errors
+        # Settled, and staying there: the last ten days within a band.
+        assert max(abs(e) for e in errors[-10:]) < (0.1 if gain >= 0.3 else 0.4), errors
+
+
+def test_a_faster_integral_alone_would_oscillate() -> None:
+    """The design's reason for its proportional term: on the same model, an integral
+    controller twice as fast and without it swings past the budget by more than a
+    quarter of the first gap where the cost is sensitive and the levels slow."""
+    daily = _closed_loop(1.0, 2.0, 1.3, days=30, rate=2 * BUDGET_RATE)
+    errors = [math.log(r / 0.9) / math.log(1.3 / 0.9) for r in daily]
+    assert min(errors) < -0.25
+
+
+def test_without_a_budget_or_the_hpa_s_record_epsilon_stays_as_it_is() -> None:
+    cheap = steady(PeakRisk(), relative(rho=0.5), 60, ratio=0.5)
     assert cheap.relative_scale == 1.0
-    assert cheap.hpa_capacity == 0.0
-    assert risk_status(cheap, None, relative(rho=0.5)).relative_scale is None
-    budgeted = replace(relative(rho=0.5), budget_to_hpa=0.9)
+    assert cheap.spend is None
+    assert risk_status(cheap, None, relative(rho=0.5)).budget is None
+    obj = budgeted(rho=0.5)
     risk = PeakRisk()
     for k in range(40):  # no shadow HPA seen: no record, no scale
-        risk = observe_risk(risk, budgeted, 15.0 * k, 100.0, 40.0, None, None, None)
+        risk = observe_risk(risk, obj, 15.0 * k, 100.0, 40.0, None, None, None)
     assert risk.relative_scale == 1.0
     assert risk.capacity_ratio is None
+    status = risk_status(risk, None, obj).budget
+    assert status is not None
+    assert status.binds == "objective"
+    assert status.gpu_hours_to_hpa is None
+    # An empty record (no hours, no HPA GPU-hours) is no record.
+    empty = steady(PeakRisk(), obj, 5, ratio=1.0, hours=0.0)
+    assert empty.relative_scale == 1.0
     # An absolute objective keeps no record either.
     absolute = replace(objective(), budget_to_hpa=0.9)
     assert not absolute.budgeted
@@ -515,18 +661,15 @@ def test_without_a_budget_or_the_hpa_s_capacity_rho_stays_as_it_is() -> None:
         replace(relative(rho=0.5), budget_to_hpa=0.0)
 
 
-def test_a_garbage_budget_record_in_status_starts_afresh() -> None:
-    obj = replace(relative(rho=0.5), budget_to_hpa=0.9)
-    status = risk_status(steady(PeakRisk(), obj, 5, 64.0, 80.0), None, obj)
-    for garbage in (
-        {"relative_scale": 0.0},
-        {"relative_scale": 3.0},
-        {"capacity_to_hpa": float("nan")},
-        {"hpa_capacity": -1.0},
-    ):
-        restored = peak_risk(status.model_copy(update=garbage))
+def test_a_garbage_budget_state_in_status_starts_afresh() -> None:
+    obj = budgeted(rho=0.5)
+    status = risk_status(steady(PeakRisk(), obj, 5, 0.8), None, obj)
+    assert status.budget is not None
+    for garbage in ({"scale": 0.0}, {"scale": float("inf")}, {"integral": float("nan")}):
+        broken = status.model_copy(update={"budget": status.budget.model_copy(update=garbage)})
+        restored = peak_risk(broken)
         assert restored.relative_scale == 1.0
-        assert restored.capacity_ratio is None
+        assert restored.budget_integral == 0.0
 
 
 def test_the_hours_follow_the_pools_day() -> None:

@@ -582,8 +582,12 @@ class ObjectiveSpec(WireModel):
       like the calibration: ``status.risk.hpaWaitedFraction``), and at least
       ``relativeFloor``. Every lookahead is held to it, the ramps that catch the HPA out
       too;
-    * with ``budgetToHpa`` set as well, a pool that costs less than that share of its
-      shadow HPA spends the difference on a tighter ``ε`` (``status.risk.relativeScale``);
+    * with ``budgetToHpa`` set as well, the cost holds both ways: a pool whose GPU-hours
+      over the trailing day exceed that share of its shadow HPA's lets ``ε`` rise (past
+      ``relativeToHpa``'s and past the HPA's own share if need be, to at most 0.2) until it
+      is inside the budget, and a pool under it spends the difference on a tighter ``ε``
+      (``status.risk.budget``: the budget, the trailing ratio, the ``ε`` in force and which
+      side binds);
     * with ``servedFraction`` set, absolute: ``ε = 1 - servedFraction``. Set, it wins.
 
     ``adaptRate: 0`` keeps the level at ``startQuantile``; ``forecast.headroom`` and
@@ -606,15 +610,20 @@ class ObjectiveSpec(WireModel):
     the HPA leaves little."""
     budget_to_hpa: float = Field(default=0.9, ge=0, le=2)
     """Relative objective: a cost budget, as a share of what the pool's shadow HPA would
-    spend. While the pool's ready capacity over the last day or so is below this share of
-    the shadow HPA's, the pool spends the difference on waiting less: ``relativeToHpa``
-    is scaled down, to a tenth of itself at most, and back up to itself when the pool
-    costs more than the budget (``status.risk.relativeScale``). 0: off, ``relativeToHpa``
-    as it is. 0.9, "at most nine tenths of the HPA's GPU-hours, then as
-    little waiting as that buys": the promise's "cheaper" stated as a number; on the
-    first halves of the benchmark traces it changed only the daily cycle's pool, where a
-    tighter target is nearly free (``benchmarks/README.md``, "A cost budget relative to
-    the HPA")."""
+    spend, binding both ways. The pool's GPU-hours over the trailing day
+    (``status.againstHpa``'s last 24 hours) are held at this share of the shadow HPA's by a
+    PI controller on the log of their ratio over the budget, whose output scales ``ε``:
+    above the budget ``ε`` rises (past ``relativeToHpa`` times the HPA's share, and past
+    the HPA's share itself if need be, to at most a fifth of demand), below it ``ε``
+    tightens (``relativeToHpa`` to a tenth of itself at most, ``relativeFloor`` holding).
+    The controller is as slow as the day it reads (integral 1 per day per unit of log
+    error, proportional gain 2 for damping, no integration where the levels it steers are
+    at their bounds): on a model of the loop it settles without oscillating
+    (``tests/unit/test_risk.py``). ``status.risk.budget`` shows the budget, the trailing
+    ratio, the ``ε`` in force and which side binds. 0: off, ``ε`` as the objective says.
+    0.9, "at most nine tenths of the HPA's GPU-hours, then as little waiting as that
+    buys": the promise's "cheaper" stated as a number (``benchmarks/README.md``, "A cost
+    budget relative to the HPA")."""
     start_quantile: float = Field(default=0.99, ge=0.5, le=0.999)
     """Expert: the quantile level of the peak a new pool starts at, before its outcomes
     move it."""

@@ -354,6 +354,37 @@ class LookaheadStatus(WireModel):
     """Observations in it with the shadow HPA known."""
 
 
+class RiskBudgetStatus(WireModel):
+    """The cost budget (``spec.objective.budgetToHpa``) as it holds now: a PI controller
+    scales the objective's ``ε`` so that the pool's GPU-hours over the trailing day stay at
+    the budget times its shadow HPA's."""
+
+    budget_to_hpa: float
+    """The budget: the pool's GPU-hours at most this share of its shadow HPA's."""
+    gpu_hours_to_hpa: float | None = None
+    """The pool's GPU-hours over the shadow HPA's over the trailing day
+    (``status.againstHpa``'s last 24 hours; ``null``: no record yet)."""
+    observed_hours: float | None = None
+    """Hours of that record (with less than 24 the controller moves slower in
+    proportion)."""
+    binds: Literal["budget", "objective"] = "objective"
+    """``budget``: the pool costs more than its budget and waits more than the objective
+    asks, to stay inside it; ``objective``: the objective's ``ε`` holds (tightened while
+    the pool is under budget)."""
+    target_waited_fraction: float | None = None
+    """The ``ε`` in force: the share of demand the next lookaheads are held to."""
+    objective_waited_fraction: float | None = None
+    """The objective's own ``ε`` (``relativeToHpa`` times ``hpaWaitedFraction``, at least
+    ``relativeFloor``), before the budget's scale."""
+    scale: float = 1.0
+    """What the budget scales the objective by: above 1 the budget binds; below 1 (to 0.1)
+    the pool spends what it saves on waiting less."""
+    integral: float = 0.0
+    """The controller's state: the integral part of ``log(scale)``."""
+    message: str = Field(default="", max_length=512)
+    """The same in words."""
+
+
 class RiskStatus(WireModel):
     """The peak risk model: the margin the plan sizes with and what it learned from this
     pool's own lookaheads. Kept here so a restarted or failed-over operator goes on with
@@ -378,8 +409,8 @@ class RiskStatus(WireModel):
     ``servedFraction`` when the spec sets one."""
     target_waited_fraction: float | None = None
     """The objective's current ``ε``, the share of demand it lets wait, over recent
-    lookaheads (faded like the calibration): ``relativeToHpa`` (times ``relativeScale``
-    with a budget) times ``hpaWaitedFraction``, at least ``relativeFloor``; or
+    lookaheads (faded like the calibration): ``relativeToHpa`` times ``hpaWaitedFraction``,
+    at least ``relativeFloor``, times the budget's ``budget.scale``; or
     ``1 - servedFraction``."""
     hpa_waited_fraction: float | None = None
     """Share of the demand of recent lookaheads that waited for the shadow HPA (faded like
@@ -391,15 +422,9 @@ class RiskStatus(WireModel):
     waited_fraction: float | None = None
     """Share of demand that waited in recent lookaheads (faded like the calibration):
     what ``targetWaitedFraction`` is held against."""
-    relative_scale: float | None = None
-    """With ``spec.objective.budgetToHpa``: what ``relativeToHpa`` is scaled by now (1: as
-    it is; down to 0.1 while the pool costs less than its budget)."""
-    capacity_to_hpa: float | None = None
-    """With a budget: the pool's ready capacity over the shadow HPA's, over the last day or
-    so (faded): what the budget is held against."""
-    hpa_capacity: float | None = None
-    """With a budget: the shadow HPA's faded ready capacity (the plan's unit times
-    seconds) that ``capacityToHpa`` is a share of."""
+    budget: RiskBudgetStatus | None = None
+    """With ``spec.objective.budgetToHpa``: the cost ceiling, what the pool spent against it
+    over the trailing day, the ``ε`` in force, and which side binds."""
     calibration: list[float] = Field(default_factory=list, max_length=100)
     """Faded counts of the scores, ``log((peak + unit) / (base + unit))``, in 100 bins from
     -0.5 to 2.0."""

@@ -104,6 +104,7 @@ from prescaler.backtest._shadow import (
     compare,
     hpa_ready_capacity,
     shadow_step,
+    trailing_spend,
 )
 from prescaler.backtest._simulate import (
     FleetConfig,
@@ -199,6 +200,7 @@ __all__ = [
     "standby_max_replicas",
     "time_shared_tokens_per_second",
     "timeline",
+    "trailing_spend",
     "with_standby",
     "worst_ramp",
     "write_plots",

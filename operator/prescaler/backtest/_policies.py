@@ -39,6 +39,7 @@ from prescaler.planning import (
     ScalePlan,
     ScalingPolicy,
     ScheduledWindow,
+    Spend,
     next_fleet_state,
     observe_risk,
     observed_rise,
@@ -436,6 +437,7 @@ class HpaShadow(Protocol):
     def ready_capacity(self) -> float | None: ...
     @property
     def waiting(self) -> float: ...
+    def spend(self, now: float) -> Spend: ...
 
 
 @dataclass
@@ -554,9 +556,10 @@ class PredictivePolicy:
             # The operator's order: score the lookaheads that ended, then size.
             risk = self.risk or PeakRisk()
             ready = obs.ready * self.capacity.replica_requests_per_second
-            hpa_ready = hpa_waiting = None
+            hpa_ready = hpa_waiting = spend = None
             if self.hpa is not None:
                 hpa_ready, hpa_waiting = self.hpa.ready_capacity, self.hpa.waiting
+                spend = self.hpa.spend(obs.now)
                 self.hpa.observe(obs.now, observed, obs.ready, obs.existing)
             self.risk = observe_risk(
                 risk,
@@ -567,6 +570,7 @@ class PredictivePolicy:
                 state.waiting_requests,
                 hpa_ready,
                 hpa_waiting,
+                spend,
             )
             sizing = risk_sizing(self.risk, self.objective, obs.now)
         decision = plan(

@@ -44,6 +44,7 @@ from prescaler.backtest._fleet import short_of
 from prescaler.backtest._policies import Observation, ReactivePolicy
 from prescaler.backtest._simulate import fluid_queue
 from prescaler.capacity import replicas_for
+from prescaler.planning import BUDGET_MEMORY_SECONDS, Spend
 
 SYNC_SECONDS = ReactivePolicy.sync_seconds
 """The HPA's sync period: the shadow's step."""
@@ -240,6 +241,10 @@ class ShadowHpa:
     def waiting(self) -> float:
         """The HPA's queue (the demand's unit)."""
         return self.state.hpa_queue
+
+    def spend(self, now: float) -> Spend:
+        """Both fleets' GPU-hours over the trailing day (:func:`trailing_spend`)."""
+        return trailing_spend(self.state, now)
 
 
 def hpa_ready_capacity(state: ShadowState, setup: ShadowSetup) -> float | None:
@@ -497,3 +502,11 @@ def compare(state: ShadowState, now: float, window: str, span_seconds: float) ->
         short_minutes=sum(h.short_minutes for h in hours),
         hpa_short_minutes=sum(h.hpa_short_minutes for h in hours),
     )
+
+
+def trailing_spend(state: ShadowState, now: float) -> Spend:
+    """Both fleets' GPU-hours over the trailing day (the ``24h`` window's buckets, as
+    ``status.againstHpa.last24Hours`` reports them): what a cost budget
+    (``spec.objective.budgetToHpa``) holds the pool to."""
+    day = compare(state, now, "24h", BUDGET_MEMORY_SECONDS)
+    return Spend(day.gpu_hours, day.hpa_gpu_hours, day.observed_hours)

@@ -33,6 +33,7 @@ from prescaler.api import (
     LookaheadStatus,
     PlanStatus,
     RecentTarget,
+    RiskBudgetStatus,
     RiskStatus,
     RolesStatus,
     SelectionStatus,
@@ -54,6 +55,7 @@ from prescaler.backtest import (
     compare,
     hpa_ready_capacity,
     shadow_step,
+    trailing_spend,
 )
 from prescaler.capacity import ROLES, CapacityModel, Role
 from prescaler.controller.model import Gathered
@@ -229,21 +231,17 @@ def peak_risk(previous: RiskStatus | None) -> PeakRisk:
         and hpa_demand > 0
     ):
         hpa_share, hpa_demand = 0.0, 0.0
-    # The budget's record (garbage starts it afresh, at the scale of 1).
-    ratio, hpa_capacity = previous.capacity_to_hpa, previous.hpa_capacity
-    scale = previous.relative_scale
-    if not (
-        ratio is not None
-        and hpa_capacity is not None
-        and scale is not None
-        and math.isfinite(ratio)
-        and math.isfinite(hpa_capacity)
-        and math.isfinite(scale)
-        and ratio >= 0
-        and hpa_capacity > 0
-        and 0 < scale <= 1
+    # The budget's controller (garbage starts it afresh, at the scale of 1); its record
+    # is the shadow's, read again each reconcile.
+    integral, scale = 0.0, 1.0
+    kept = previous.budget
+    if (
+        kept is not None
+        and math.isfinite(kept.integral)
+        and math.isfinite(kept.scale)
+        and kept.scale > 0
     ):
-        ratio, hpa_capacity, scale = 0.0, 0.0, 1.0
+        integral, scale = kept.integral, kept.scale
     return PeakRisk(
         levels=levels,
         histogram=calibration,
@@ -256,8 +254,7 @@ def peak_risk(previous: RiskStatus | None) -> PeakRisk:
         target=previous.target_waited_fraction,
         hpa_waited=hpa_share * hpa_demand,
         hpa_demand=hpa_demand,
-        capacity=ratio * hpa_capacity,
-        hpa_capacity=hpa_capacity,
+        budget_integral=integral,
         relative_scale=scale,
     )
 
@@ -286,11 +283,14 @@ def learn_risk(
     per = capacity.unit.per_request
     waiting = snapshot.waiting * per if snapshot.waiting is not None else None
     ready = ready_replicas * capacity.replica_requests_per_second
-    hpa_ready = hpa_waiting = None
+    hpa_ready = hpa_waiting = spend = None
     if shadow is not None:
         hpa_ready = hpa_ready_capacity(shadow.state, shadow.setup)
         hpa_waiting = shadow.state.hpa_queue
-    return observe_risk(risk, objective, now, arriving, ready, waiting, hpa_ready, hpa_waiting)
+        spend = trailing_spend(shadow.state, now)
+    return observe_risk(
+        risk, objective, now, arriving, ready, waiting, hpa_ready, hpa_waiting, spend
+    )
 
 
 def arriving_demand(snapshot: Snapshot | None, capacity: CapacityModel) -> float | None:
@@ -312,8 +312,6 @@ def risk_status(
     in_force: Literal["relativeToHpa", "servedFraction"] | None = None
     if objective is not None:
         in_force = "relativeToHpa" if objective.relative else "servedFraction"
-    budgeted = objective is not None and objective.budgeted
-    ratio = risk.capacity_ratio
     return RiskStatus(
         margin=round(sizing.margin, 4) if sizing is not None and sizing.calibrated else None,
         quantile=None if not risk.levels or sizing is None else round(sizing.level, 6),
@@ -324,9 +322,7 @@ def risk_status(
         waited_fraction=None if risk.loss is None else round(risk.loss, 6),
         hpa_waited_fraction=None if risk.hpa_share is None else round(risk.hpa_share, 8),
         hpa_demand=round(risk.hpa_demand, 6) if risk.hpa_demand > 0 else None,
-        relative_scale=round(risk.relative_scale, 6) if budgeted else None,
-        capacity_to_hpa=None if ratio is None or not budgeted else round(ratio, 6),
-        hpa_capacity=round(risk.hpa_capacity, 3) if budgeted and ratio is not None else None,
+        budget=budget_status(risk, objective),
         calibration=[round(w, 3) for w in risk.histogram],
         pending=[
             LookaheadStatus(
@@ -337,6 +333,54 @@ def risk_status(
         observed_at=risk.observed_at,
         mean_demand=None if risk.mean_demand is None else round(risk.mean_demand, 6),
         peak_demand=None if risk.peak_demand is None else round(risk.peak_demand, 6),
+    )
+
+
+def budget_status(risk: PeakRisk, objective: RiskObjective | None) -> RiskBudgetStatus | None:
+    """The cost budget as it holds now, and which side binds, in words too (``None``: no
+    budget)."""
+    if objective is None or not objective.budgeted or objective.budget_to_hpa is None:
+        return None
+    budget = objective.budget_to_hpa
+    own = objective.target(risk.hpa_share)
+    eps = objective.target(risk.hpa_share, risk.relative_scale)
+    ratio = risk.capacity_ratio
+    hours = risk.spend.hours if risk.spend is not None and ratio is not None else None
+    binds: Literal["budget", "objective"] = (
+        "budget" if risk.relative_scale > 1.0 + 1e-6 else "objective"
+    )
+    spent = (
+        "no record of the last day yet"
+        if ratio is None or hours is None
+        else f"GPU-hours {ratio:.2f} x the shadow HPA's over the last {hours:.0f} h"
+    )
+    if binds == "budget":
+        limit = (
+            "; at its limit"
+            if risk.relative_scale >= objective.budget_ceiling(risk.hpa_share)
+            else ""
+        )
+        message = (
+            f"{spent}, over the budget of {budget:g}: the budget binds, waiting share target "
+            f"raised to {eps:.4%} ({risk.relative_scale:.2f} x the objective's {own:.4%}){limit}"
+        )
+    elif risk.relative_scale < 1.0 - 1e-6:
+        message = (
+            f"{spent}, under the budget of {budget:g}: the objective binds, tightened with "
+            f"the savings to {eps:.4%} ({risk.relative_scale:.2f} x its {own:.4%})"
+        )
+    else:
+        message = f"{spent}; budget {budget:g}: the objective binds ({own:.4%})"
+    return RiskBudgetStatus(
+        budget_to_hpa=budget,
+        gpu_hours_to_hpa=None if ratio is None else round(ratio, 6),
+        observed_hours=None if hours is None else round(hours, 3),
+        binds=binds,
+        target_waited_fraction=round(eps, 8),
+        objective_waited_fraction=round(own, 8),
+        scale=round(risk.relative_scale, 6),
+        integral=round(risk.budget_integral, 6),
+        message=message[:512],
     )
 
 

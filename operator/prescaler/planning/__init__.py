@@ -43,6 +43,9 @@ from prescaler.planning._policy_choice import (
     recheck,
 )
 from prescaler.planning._risk import (
+    BUDGET_ERROR_CAP,
+    BUDGET_GAIN,
+    BUDGET_MAX_TARGET,
     BUDGET_MEMORY_SECONDS,
     BUDGET_RATE,
     LEVEL_BUCKETS,
@@ -53,6 +56,8 @@ from prescaler.planning._risk import (
     PeakRisk,
     RiskObjective,
     RiskSizing,
+    Spend,
+    budget_step,
     capped_demand,
     observe_risk,
     record_risk,
@@ -67,6 +72,9 @@ from prescaler.planning._windows import (
 )
 
 __all__ = [
+    "BUDGET_ERROR_CAP",
+    "BUDGET_GAIN",
+    "BUDGET_MAX_TARGET",
     "BUDGET_MEMORY_SECONDS",
     "BUDGET_RATE",
     "LEVELS",
@@ -106,8 +114,10 @@ __all__ = [
     "Shortfall",
     "Signal",
     "Signals",
+    "Spend",
     "Verdict",
     "assess",
+    "budget_step",
     "capped_demand",
     "drain_plan",
     "event_windows",

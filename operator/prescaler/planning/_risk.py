@@ -46,14 +46,20 @@ not any single forecast point. The risk model sizes it as ``(base + u) × margin
   halves, and no less than the floor bought elsewhere. A quiet pool, on which the HPA
   leaves nothing waiting, is held to the floor and its level falls, so it does not pay
   for bursts it never sees.
-* with a budget (``objective.budgetToHpa``), a pool that costs less than that share of
-  what the shadow HPA would cost spends the difference on waiting less: the record of
-  both fleets' ready capacity (faded over :data:`BUDGET_MEMORY_SECONDS`) drives a scale
-  on ``ρ`` down while the pool's is below the budget times the HPA's, and back up to 1
-  when it is above (an integral controller, :data:`BUDGET_RATE`; never below
-  :data:`MIN_RELATIVE_SCALE`, never above ``ρ`` itself). Where the forecast foretells the
-  day, a tighter target is nearly free; where the pool already costs what the HPA does,
-  nothing changes.
+* with a budget (``objective.budgetToHpa``, ``B``) the cost holds both ways: the pool's
+  GPU-hours over the trailing day (the shadow HPA's hourly record, :class:`Spend`) are
+  held at ``B`` times the shadow HPA's by a scale ``s`` on ``ε`` (the ε in force is the
+  objective's times ``s``). ``s`` is a PI controller's output on the log of the cost ratio
+  over the budget (:func:`budget_step`): a pool dearer than its budget lets ``ε`` rise,
+  past ``ρ`` times the HPA's share and past the HPA's share itself if need be (at most
+  :data:`BUDGET_MAX_TARGET`), until it is inside the budget; a pool cheaper than it
+  spends the difference on waiting less (``ρ`` scaled down to at most
+  :data:`MIN_RELATIVE_SCALE` of itself, the floor holding). The update is as slow as the
+  signal it reads (a trailing day, whose response to a change lags it by half a day and
+  the levels' adaptation): the integral moves by :data:`BUDGET_RATE` per day per unit of
+  log error, with a proportional term (:data:`BUDGET_GAIN`) for damping, and it stops
+  (anti-windup) where it is at its bounds or where the levels that ``ε`` steers are at
+  theirs (raising ``ε`` cannot make a pool cheaper whose every level is at the least).
 
 Everything learned is a value (:class:`PeakRisk`): the operator keeps it in the pool's
 status, so a restarted or failed-over operator plans with the calibration it had, and the
@@ -68,6 +74,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 __all__ = [
+    "BUDGET_ERROR_CAP",
+    "BUDGET_GAIN",
+    "BUDGET_MAX_TARGET",
     "BUDGET_MEMORY_SECONDS",
     "BUDGET_RATE",
     "LEVEL_BUCKETS",
@@ -78,6 +87,8 @@ __all__ = [
     "PeakRisk",
     "RiskObjective",
     "RiskSizing",
+    "Spend",
+    "budget_step",
     "capped_demand",
     "observe_risk",
     "record_risk",
@@ -117,15 +128,87 @@ unserved demand; 1.5 cut more there but left more unserved on web."""
 
 
 BUDGET_MEMORY_SECONDS = 86400.0
-"""The record of both fleets' ready capacity that a budget
-(:attr:`RiskObjective.budget_to_hpa`) is held against fades over a day: a day's cycle
-weighs whole."""
-BUDGET_RATE = 0.04
-"""How fast the budget's scale on ``ρ`` moves: its log moves by this per minute times the
-pool's capacity over the HPA's, minus the budget (a pool at 0.8 × the HPA's with a budget of
-0.9 lowers its ``ρ`` by a factor e in about four hours)."""
+"""The trailing record a budget (:attr:`RiskObjective.budget_to_hpa`) is held against: the
+last day of both fleets' GPU-hours (the shadow HPA's hourly buckets, ``status.againstHpa``'s
+``last24Hours``). A day's cycle weighs whole, and its ripple cancels."""
+BUDGET_RATE = 1.0
+"""The budget controller's integral rate: the log of the scale on ``ε`` moves by this per
+day times the log of the trailing day's cost ratio over the budget. Chosen for no
+oscillation: on a model of the loop (the trailing day's lag, a first-order lag of up to two
+days for the levels to adapt, a cost whose log falls by up to 1 per unit of ``log ε``) it
+overshoots the budget by at most 5 % of the first error (``tests/unit/test_risk.py``)."""
+BUDGET_GAIN = 2.0
+"""The budget controller's proportional gain on the same log error: the damping that lets
+:data:`BUDGET_RATE` be as fast as it is without overshoot (at 0, a rate of 1 overshoots by
+up to 44 % on the same model)."""
+BUDGET_ERROR_CAP = math.log(2.0)
+"""The log error the controller reads is clipped to this either way: a record of a few
+hours, or a day twice over budget, moves ``ε`` no faster than one at twice the budget."""
+BUDGET_MAX_TARGET = 0.2
+"""However dear a pool is, the budget lets at most this share of demand wait (unless the
+objective itself allows more): beyond it a pool that cannot meet its budget is short
+for nothing, as its cost is elsewhere (floors, windows, the release)."""
 MIN_RELATIVE_SCALE = 0.1
 """The budget tightens ``ρ`` to at most a tenth of itself."""
+
+
+@dataclass(frozen=True, slots=True)
+class Spend:
+    """What a budget is held against: both fleets' GPU-hours over the trailing day."""
+
+    gpu_hours: float
+    """The pool's (standby included)."""
+    hpa_gpu_hours: float
+    """The shadow HPA's on the same demand."""
+    hours: float
+    """Hours observed in the record: with less than a day, the controller moves slower in
+    proportion."""
+
+    @property
+    def ratio(self) -> float | None:
+        """The pool's GPU-hours over the shadow HPA's (``None``: no record)."""
+        ok = all(math.isfinite(x) for x in (self.gpu_hours, self.hpa_gpu_hours, self.hours))
+        if not ok or self.hpa_gpu_hours <= 0 or self.gpu_hours < 0 or self.hours <= 0:
+            return None
+        return self.gpu_hours / self.hpa_gpu_hours
+
+
+def budget_step(
+    integral: float,
+    ratio: float,
+    hours: float,
+    budget: float,
+    interval: float,
+    ceiling: float,
+    *,
+    may_loosen: bool = True,
+    may_tighten: bool = True,
+) -> tuple[float, float]:
+    """One step of the budget's PI controller (pure): from its ``integral`` (the log of the
+    scale on ``ε``, its state) and the trailing day's cost ``ratio`` over ``hours``
+    observed, ``interval`` seconds later, the new ``(integral, scale)``.
+
+    The error is ``log(ratio / budget)``, clipped to :data:`BUDGET_ERROR_CAP` and weighted
+    by the record's coverage (``hours`` of 24). The integral moves by :data:`BUDGET_RATE`
+    per day times the error; the scale is ``exp(integral + BUDGET_GAIN × error)``. Both
+    stay within ``[MIN_RELATIVE_SCALE, ceiling]`` (``ceiling`` >= 1: the scale at which
+    ``ε`` reaches :data:`BUDGET_MAX_TARGET`). Anti-windup: the integral stops at the
+    bounds, and does not move up when ``may_loosen`` is false (the levels ``ε`` steers are
+    at their least: a higher ``ε`` buys nothing) nor down when ``may_tighten`` is false (at
+    their most); the proportional term, bounded, stays (no chatter at a bound)."""
+    low, high = math.log(MIN_RELATIVE_SCALE), math.log(max(1.0, ceiling))
+    if not math.isfinite(integral):
+        integral = 0.0
+    error = 0.0
+    if math.isfinite(ratio) and ratio > 0 and math.isfinite(hours) and hours > 0:
+        error = min(BUDGET_ERROR_CAP, max(-BUDGET_ERROR_CAP, math.log(ratio / budget)))
+        error *= min(1.0, hours / 24.0)
+    step = BUDGET_RATE * min(max(interval, 0.0), 60.0) / 86400.0 * error
+    if (step > 0 and may_loosen) or (step < 0 and may_tighten):
+        integral += step
+    integral = min(high, max(low, integral))
+    out = integral + BUDGET_GAIN * error
+    return integral, math.exp(min(high, max(low, out)))
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,9 +239,9 @@ class RiskObjective:
     relative_floor: float = 0.0
     """The relative ``ε`` is never below this (the HPA left nothing, or little, waiting)."""
     budget_to_hpa: float | None = None
-    """A relative objective's budget: while the pool's ready capacity is below this share
-    of the shadow HPA's, ``ρ`` is scaled down (:attr:`PeakRisk.relative_scale`); ``None``:
-    ``ρ`` as it is."""
+    """A relative objective's budget: the pool's GPU-hours over the trailing day are held
+    at this share of the shadow HPA's by a scale on ``ε`` (:attr:`PeakRisk.relative_scale`,
+    :func:`budget_step`); ``None``: ``ε`` as the objective says."""
 
     def __post_init__(self) -> None:
         sf = self.served_fraction
@@ -186,15 +269,28 @@ class RiskObjective:
         return self.served_fraction is None
 
     def target(self, hpa_share: float | None, scale: float = 1.0) -> float:
-        """``ε``: absolute, or ``ρ`` (times the budget's ``scale``,
-        :attr:`PeakRisk.relative_scale`) times ``hpa_share`` (the share of recent demand
-        that waited for the shadow HPA, :attr:`PeakRisk.hpa_share`), at least the floor
-        (the floor alone before any HPA was seen)."""
+        """``ε``: absolute, or relative: ``ρ`` times ``hpa_share`` (the share of recent
+        demand that waited for the shadow HPA, :attr:`PeakRisk.hpa_share`), at least the
+        floor (the floor alone before any HPA was seen), with the budget's ``scale``
+        (:attr:`PeakRisk.relative_scale`): below 1 it scales ``ρ`` down (the floor holds),
+        above 1 the whole target up, to at most :data:`BUDGET_MAX_TARGET` (or the
+        objective's own, if that is more)."""
         if self.served_fraction is not None:
             return 1.0 - self.served_fraction
         assert self.relative_to_hpa is not None
         share = hpa_share if hpa_share is not None and math.isfinite(hpa_share) else 0.0
-        return min(1.0, max(self.relative_floor, self.relative_to_hpa * scale * share))
+        if not (math.isfinite(scale) and scale > 0):
+            scale = 1.0
+        own = min(1.0, max(self.relative_floor, self.relative_to_hpa * min(scale, 1.0) * share))
+        if scale <= 1.0:
+            return own
+        return min(max(BUDGET_MAX_TARGET, own), own * scale)
+
+    def budget_ceiling(self, hpa_share: float | None) -> float:
+        """The largest scale the budget may put on ``ε``: where it reaches
+        :data:`BUDGET_MAX_TARGET` (at least 1)."""
+        own = self.target(hpa_share)
+        return max(1.0, BUDGET_MAX_TARGET / own) if own > 0 else 1.0
 
     @property
     def budgeted(self) -> bool:
@@ -262,18 +358,21 @@ class PeakRisk:
     faded like the histogram..."""
     hpa_demand: float = 0.0
     """...and their demand (of lookaheads with the HPA seen): :attr:`hpa_share`."""
-    capacity: float = 0.0
-    """The pool's ready capacity times the seconds it was observed over, faded over
-    :data:`BUDGET_MEMORY_SECONDS` (kept with a budget only)..."""
-    hpa_capacity: float = 0.0
-    """...and the shadow HPA's over the same observations: :attr:`capacity_ratio`."""
+    budget_integral: float = 0.0
+    """The budget controller's state: the integral part of ``log`` :attr:`relative_scale`
+    (:func:`budget_step`)."""
     relative_scale: float = 1.0
-    """What the budget scales ``ρ`` by, in [:data:`MIN_RELATIVE_SCALE`, 1]."""
+    """What the budget scales ``ε`` by now, in [:data:`MIN_RELATIVE_SCALE`, the objective's
+    :meth:`~RiskObjective.budget_ceiling`]: above 1 the budget binds (the pool waits more
+    than the objective asks, to stay inside its budget)."""
+    spend: Spend | None = None
+    """The trailing day's GPU-hours the budget last read."""
 
     @property
     def capacity_ratio(self) -> float | None:
-        """The pool's recent ready capacity over the shadow HPA's (``None``: no record)."""
-        return self.capacity / self.hpa_capacity if self.hpa_capacity > 0 else None
+        """The pool's GPU-hours over the shadow HPA's over the trailing day (``None``: no
+        record)."""
+        return self.spend.ratio if self.spend is not None else None
 
     @property
     def hpa_share(self) -> float | None:
@@ -406,6 +505,7 @@ def observe_risk(
     waiting: float | None = None,
     hpa_ready_capacity: float | None = None,
     hpa_waiting: float | None = None,
+    spend: Spend | None = None,
 ) -> PeakRisk:
     """Add the demand observed at ``now`` to every open lookahead, and score those that
     have ended: their ratio joins the calibration set and their loss moves the level.
@@ -418,7 +518,9 @@ def observe_risk(
     observation at all is dropped unscored, never counted as a miss or as calm).
 
     ``hpa_ready_capacity`` and ``hpa_waiting`` are a shadow HPA's on the same demand: what
-    would have waited for it is scored too, for a relative objective's ``ε``."""
+    would have waited for it is scored too, for a relative objective's ``ε``. ``spend``:
+    both fleets' GPU-hours over the trailing day, which a budget holds the pool's cost
+    against (:func:`budget_step`)."""
     # Garbage reads as unknown: each is a number from here on, or None.
     demand = demand if demand is not None and math.isfinite(demand) and demand >= 0 else None
     ready_capacity = _finite(ready_capacity)
@@ -431,19 +533,22 @@ def observe_risk(
     outcomes, loss, aim = risk.outcomes, risk.loss, risk.target
     hpa_waited, hpa_demand = risk.hpa_waited, risk.hpa_demand
     fade = 1.0 - 1.0 / objective.memory
-    capacity, hpa_capacity, scale = risk.capacity, risk.hpa_capacity, risk.relative_scale
+    integral, scale, kept = risk.budget_integral, risk.relative_scale, risk.spend
     budget = objective.budget_to_hpa
-    if (
-        objective.budgeted
-        and budget is not None
-        and demand is not None
-        and interval is not None
-        and ready_capacity is not None
-        and hpa_ready_capacity is not None
-    ):
-        capacity, hpa_capacity, scale = _budget_step(
-            (capacity, hpa_capacity, scale), ready_capacity, hpa_ready_capacity, interval, budget
+    ratio = spend.ratio if spend is not None else None
+    if objective.budgeted and budget is not None and ratio is not None and interval is not None:
+        share = _share(hpa_waited, hpa_demand)
+        integral, scale = budget_step(
+            integral,
+            ratio,
+            spend.hours if spend is not None else 0.0,
+            budget,
+            interval,
+            objective.budget_ceiling(share),
+            may_loosen=not _all_at(levels, objective.min_level),
+            may_tighten=not _all_at(levels, objective.max_level),
         )
+        kept = spend
     still: list[Lookahead] = []
     learned = False
     mean, peak = risk.mean_demand, risk.peak_demand
@@ -509,9 +614,9 @@ def observe_risk(
         target=aim,
         hpa_waited=hpa_waited,
         hpa_demand=hpa_demand,
-        capacity=capacity,
-        hpa_capacity=hpa_capacity,
+        budget_integral=integral,
         relative_scale=scale,
+        spend=kept,
     )
 
 
@@ -519,26 +624,6 @@ def _finite(x: float | None) -> float | None:
     return x if x is not None and math.isfinite(x) else None
 
 
-def _budget_step(
-    record: tuple[float, float, float],
-    ready_capacity: float,
-    hpa_ready_capacity: float,
-    interval: float,
-    budget: float,
-) -> tuple[float, float, float]:
-    """The budget's record and scale after ``interval`` seconds (at most a minute) more of
-    both fleets' ready capacity: the record fades over :data:`BUDGET_MEMORY_SECONDS`, and
-    the scale's log moves by :data:`BUDGET_RATE` per minute times (the pool's over the
-    HPA's, minus the budget)."""
-    capacity, hpa_capacity, scale = record
-    interval = min(interval, 60.0)  # a gap in the observations counts as a minute
-    keep = math.exp(-interval / BUDGET_MEMORY_SECONDS)
-    capacity = capacity * keep + max(0.0, ready_capacity) * interval
-    hpa_capacity = hpa_capacity * keep + max(0.0, hpa_ready_capacity) * interval
-    if hpa_capacity <= 0:
-        return capacity, hpa_capacity, scale
-    if not (math.isfinite(scale) and scale > 0):
-        scale = 1.0
-    step = BUDGET_RATE * interval / 60.0 * (capacity / hpa_capacity - budget)
-    log_scale = min(0.0, max(math.log(MIN_RELATIVE_SCALE), math.log(scale) + step))
-    return capacity, hpa_capacity, math.exp(log_scale)
+def _all_at(levels: Sequence[float], bound: float) -> bool:
+    """Every hour's level is at ``bound`` (none adapted yet: no)."""
+    return bool(levels) and all(abs(v - bound) < 1e-9 for v in levels)
