@@ -61,11 +61,14 @@ def test_a_new_pool_plans_with_a_margin_seeded_from_its_history_and_one_without_
     world.backfill(_rate, now - HOURS * 3600, now + 3600)
     k.create_deployment(gpu_deployment("llm", 1))
     k.create_deployment(gpu_deployment("blind", 1))
+    k.create_deployment(gpu_deployment("named", 1))
     with FaultProxy(world.prometheus.url) as proxy:
         proxy.set("http500", only="/api/v1/query_range")  # history, not the instant reads
         world.create_pool("chat", POOL, FORECAST)
         world.create_pool("blind", POOL, FORECAST, target="blind", url=proxy.url)
-        with world.operator(interval_seconds=2.0):
+        # spec.policy names the reactive way: never switched, whatever the history says.
+        world.create_pool("named", {**POOL, "policy": "reactive"}, FORECAST, target="named")
+        with world.operator(interval_seconds=2.0) as operator_metrics:
             seeded = wait_for(
                 lambda: k.condition_is("chat", "RiskCalibrated", "True"),
                 900,
@@ -85,7 +88,37 @@ def test_a_new_pool_plans_with_a_margin_seeded_from_its_history_and_one_without_
                 interval=1.0,
             )
             blind_status = k.status("blind")
+            named = wait_for(
+                lambda: (
+                    k.status("named")
+                    if "HPA holds" in (k.status("named").get("plan") or {}).get("reason", "")
+                    else None
+                ),
+                300,
+                "pool named planning as its HPA would",
+                interval=1.0,
+            )
+            in_force = k.status("chat")["policy"]["inForce"]
+            gauge = operator_metrics.registry.get_sample_value(
+                "prescaler_policy_in_force",
+                {"namespace": k.ns, "pool": "chat", "policy": in_force},
+            )
         assert proxy.requests["http500"] > 0
+
+    # spec.policy auto: the replay weighed the forecast against the HPA's curve at once.
+    policy = status["policy"]
+    assert policy["chosenBy"] == "history"
+    assert policy["checkedAt"] is not None
+    assert "the HPA" in policy["reason"]
+    assert gauge == 1
+    # The pool planned on the forecast until then: a verdict for the HPA is a switch.
+    switches = [e for e in k.events("chat") if e.reason == "PolicySwitched"]
+    assert (policy["inForce"] == "reactive") == bool(switches), (policy, switches)
+    # Without a readable history there is no verdict: the forecast plans, and says why.
+    assert blind_status["policy"]["inForce"] == "forecast"
+    assert "no replay" in blind_status["policy"]["reason"]
+    assert (named["policy"]["inForce"], named["policy"]["chosenBy"]) == ("reactive", "spec")
+    assert named["policy"]["switches"] == 0
 
     # The first calibration the pool has is the replay's, not its own lookaheads'.
     assert seeded["reason"] == "FromHistory"

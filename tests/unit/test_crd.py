@@ -92,7 +92,7 @@ def test_identity_and_printer_columns() -> None:
     assert columns == [
         "Desired",
         "Ready",
-        "Forecast peak",
+        "Peak req/s",
         "Next window",
         "Bottleneck",
         "Policy",

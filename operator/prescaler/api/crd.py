@@ -35,7 +35,7 @@ PRINTER_COLUMNS: list[dict[str, Any]] = [
     {"name": "Desired", "type": "integer", "jsonPath": ".status.desiredReplicas"},
     {"name": "Ready", "type": "integer", "jsonPath": ".status.readyReplicas"},
     {
-        "name": "Forecast peak",
+        "name": "Peak req/s",
         "type": "number",
         "jsonPath": ".status.forecast.peak",
         "description": "Largest upper-quantile demand over the horizon, requests/s",

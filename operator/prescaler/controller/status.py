@@ -613,7 +613,8 @@ def forecast_view(
         score=None if score is None or not math.isfinite(score) else round(score, 3),
         quantile=quantile,
         horizon_seconds=round(horizon, 1),
-        peak=None if peak is None else round(peak, 4),
+        # Four significant digits: what `kubectl get ppool` shows as the peak.
+        peak=None if peak is None else float(f"{peak:.4g}"),
         points=shown[:MAX_FORECAST_POINTS],
     )
 
