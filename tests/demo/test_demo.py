@@ -75,6 +75,11 @@ def test_short_demo_prewarms_for_the_window_and_cleans_up(tmp_path: Path) -> Non
     fits = [p for p in curve if p["unserved"] <= summary["prescaler_unserved"] + 1e-4]
     cheapest = min(fits, key=lambda p: p["gpu_hours"], default={"target": None})
     assert summary["hpa_matching_target"] == cheapest["target"]
+    # The tenant's last backfilled day, replayed at the defaults beside the HPA at 70 %.
+    day = summary["day"]
+    assert day["hpa"]["gpu_hours"] > 0
+    assert day["prescaler"]["gpu_hours"] > 0
+    assert day["policy"] in ("forecast", "reactive")
     # Prescaler's GPU-hours count its standby placeholders, and say how much of them.
     assert 0 <= summary["prescaler_standby_gpu_hours"] <= summary["prescaler_gpu_hours"]
     # Nothing the demo started is left running.

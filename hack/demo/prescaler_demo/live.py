@@ -37,6 +37,7 @@ from prescaler_demo.report import (
     Comparison,
     Record,
     Sample,
+    day_backtest,
     hpa_on_same_demand,
     matching_hpa,
     plot,
@@ -105,6 +106,9 @@ class Outcome:
     hpa_matching_target: float | None = None
     """The cheapest swept HPA target that left no more waiting than prescaler did."""
     hpa_matching_gpu_hours: float | None = None
+    day: dict[str, object] = field(default_factory=dict)
+    """The tenant's last backfilled day replayed (``report.day_backtest``): prescaler at the
+    pool's defaults, the HPA at 70 % and the HPA that served the live stretch as well."""
     png: str = ""
     pids: list[int] = field(default_factory=list)
 
@@ -549,6 +553,15 @@ def _report(sc: Scenario, out: Path, result: Outcome, samples: list[Sample], sta
             f"{match.gpu_hours:.2f} GPU-hours ({match.unserved:.1%} unserved); prescaler "
             f"{gpu_hours / match.gpu_hours:.2f}x that, {serving / match.gpu_hours:.2f}x "
             "without its standby placeholders")  # fmt: skip
+    day = day_backtest(sc, start, match.target if match is not None else None)
+    result.day = asdict(day)
+    say(f"   the tenant's last backfilled day (one trace day), replayed as the operator plans "
+        f"it, at the pool's defaults (it ended on policy {day.policy}):")  # fmt: skip
+    rows = [("prescaler (defaults)", day.prescaler), ("HPA at 70 %", day.hpa)]
+    if day.matching is not None:
+        rows.append((f"HPA at {day.matching.target:.0%} (as short live)", day.matching))
+    for label, point in rows:
+        say(f"   {label:<28}{point.unserved:>16.1%}{point.gpu_hours:>11.2f}")
     if result.prewarm_at is not None:
         lead = result.window_start - result.prewarm_at
         n = result.window_replicas

@@ -161,6 +161,57 @@ def hpa_on_same_demand(sc: Scenario, start: float) -> Comparison:
     )
 
 
+@dataclass(frozen=True)
+class DayScores:
+    """The tenant's backfilled week, its last day replayed (the rest warms the forecaster
+    up), at the pool's defaults beside two HPAs: at 70 %, and at the target that served the
+    live stretch as well as prescaler did. An HPA that serves the ramp pays its headroom all
+    day; this is what a day costs each."""
+
+    prescaler: HpaPoint
+    """Prescaler at the pool's spec (``policy`` auto), its unserved share and GPU-hours."""
+    hpa: HpaPoint
+    """The HPA at 70 %."""
+    matching: HpaPoint | None
+    """The HPA at the target that served the live stretch as well (``None``: none did)."""
+    policy: str
+    """The policy prescaler ended the day on (``forecast`` or ``reactive``)."""
+
+
+def day_backtest(sc: Scenario, start: float, matching_target: float | None) -> DayScores:
+    """The week of history before ``start`` (the backfilled one) replayed as the operator
+    would have planned its last day, on the same fleet as the live stretch."""
+    o = sc.options
+    history = sc.history_rps.astype(float)
+    begin = start - len(history) * o.seconds_per_step
+    trace = Trace(start=begin, step_seconds=o.seconds_per_step, rps=history)
+    demand = demand_from_trace(
+        trace, prompt_tokens=sc.tokens.prompt, output_tokens=sc.tokens.output
+    )
+    demand = demand.with_replay_days(1 / sc.compression)  # one trace day, compressed
+    config = FleetConfig(
+        replica_tokens_per_second=sc.replica_rps * sc.tokens_per_request,
+        cold_start_seconds=o.cold_start_seconds,
+        min_replicas=o.min_replicas,
+        max_replicas=o.max_replicas,
+    )
+    spec = parse_spec(yaml.safe_load(sc.pool_yaml("http://prometheus:9090", start))["spec"])
+    run = backtest(spec, demand, ["reactive", "predictive"], config=config, degradation=None)
+    scores = run.result.scores
+
+    def point(target: float, name: str) -> HpaPoint:
+        s = scores[name]
+        return HpaPoint(target, s.unserved_token_fraction, s.gpu_hours)
+
+    matching = None
+    if matching_target is not None:
+        hpa = reactive_policy(config, matching_target)
+        s = score(simulate(demand, hpa, config), demand, config)
+        matching = HpaPoint(matching_target, s.unserved_token_fraction, s.gpu_hours)
+    chosen = run.policy_json().get("predictive", {}).get("ended_on", "forecast")
+    return DayScores(point(0.0, "predictive"), point(HPA_TARGET, "reactive"), matching, chosen)
+
+
 def prescaler_scores(
     record: Record, samples: list[Sample], step_seconds: float = 15.0
 ) -> tuple[float, float, float]:

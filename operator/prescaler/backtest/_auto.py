@@ -8,8 +8,9 @@ when the pool is new, then once a day. A replay does the same on the demand it r
    the HPA at each target of :data:`HPA_SWEEP` (and the pool's own), each on a fleet of
    its own, from one day before the replayed span where the demand has it (that day is
    the history a new pool would replay);
-2. :func:`daily_choices` weighs each whole day of those runs at its end, as the daily
-   re-check does;
+2. :func:`daily_choices` weighs that first day (or what the warm-up gives of it) at the
+   replayed span's start, as a new pool weighs its history, then each whole day at its
+   end, as the daily re-check does;
 3. the replayed fleet (:class:`prescaler.backtest.AutoPolicy`) follows the choices: each
    is in force from the check that made it. Before the first check the pool plans on the
    forecast, as a pool without history does.
@@ -113,21 +114,28 @@ def evidence_in(scores: Mapping[str, Mapping[str, float | int]], hpa_target: flo
 
 
 def daily_choices(
-    result: BacktestResult, hpa_target: float, *, every_seconds: float = CHECK_SECONDS
+    result: BacktestResult,
+    hpa_target: float,
+    *,
+    first_at: float | None = None,
+    every_seconds: float = CHECK_SECONDS,
 ) -> list[PolicyChoice]:
-    """The choice after each whole ``every_seconds`` of the candidates' runs, weighed at
-    its end on that span alone."""
+    """The choices the checks make: the first at ``first_at`` (the replayed span's start)
+    on all the candidates ran before it (the history a new pool replays), then one every
+    ``every_seconds`` on the span since the previous check, to the runs' end. Without
+    ``first_at``, or with nothing run before it, the first check comes a whole
+    ``every_seconds`` after the runs' start."""
     start = result.demand.replay_start
     minutes = min(len(r.ready_per_step) for r in result.runs) // result.config.steps_per_minute
     end = start + minutes * MINUTE
+    at = first_at if first_at is not None and first_at >= start + MINUTE else start + every_seconds
+    since = start
     choices: list[PolicyChoice] = []
     choice: PolicyChoice | None = None
-    at = start + every_seconds
     while at <= end + 1e-6:
-        scores = result.span_scores(at - every_seconds, at)
-        choice = recheck(choice, evidence_in(scores, hpa_target), at)
+        choice = recheck(choice, evidence_in(result.span_scores(since, at), hpa_target), at)
         choices.append(choice)
-        at += every_seconds
+        since, at = at, at + every_seconds
     return choices
 
 

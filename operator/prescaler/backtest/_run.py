@@ -399,7 +399,7 @@ def planned_policy(
             options=options,
             hpa_target=options.hpa_target,
         )
-        choices = daily_choices(runs, options.hpa_target)
+        choices = daily_choices(runs, options.hpa_target, first_at=demand.replay_start)
     fixed: PolicyName | None = "reactive" if spec.policy == "reactive" else None
     return AutoPolicy(
         predictive,
