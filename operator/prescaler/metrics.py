@@ -35,6 +35,8 @@ SCALER_OUTCOMES = (
     "resource_exhausted",
 )
 """Every value of its ``outcome`` label: ``ok``, or the gRPC code of a refusal."""
+NUDGE_OUTCOMES = ("written", "failed")
+"""Every value of ``prescaler_keda_nudges_total``'s ``outcome`` label."""
 _SECONDS = (0.01, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 120)
 
 
@@ -206,6 +208,21 @@ class Metrics:
         for reason in FIT_FAILURES:
             self.fit_failures.labels(reason)
         self._fit_steps: dict[str, set[str]] = {}
+        self.keda_trigger_missing = Gauge(
+            "prescaler_keda_trigger_missing",
+            "1 while KEDA's HPA has lacked the pool's trigger for more than keda.missing_periods"
+            " reconcile periods, so KEDA ignores the plan (condition KedaTrigger False); 0"
+            " while it carries it, and for pools in other modes",
+            _POOL,
+            registry=r,
+        )
+        self.keda_nudges = Counter(
+            "prescaler_keda_nudges_total",
+            "Nudges of KEDA to rebuild its HPA (the annotation prescaler.io/keda-reconcile"
+            " written on it; setting keda.nudge), by outcome (written, failed)",
+            (*_POOL, "outcome"),
+            registry=r,
+        )
         self.forecast_stale = Gauge(
             "prescaler_forecast_stale",
             "1 while the pool plans with a stale forecast (a due fit or refresh is overdue)",
@@ -350,10 +367,14 @@ class Metrics:
         self.pool_reconciles.labels(namespace, pool, *labels).inc()
 
     def declare_pool(self, namespace: str, pool: str) -> None:
-        """Create the pool's scale-event counters at 0, so that ``increase()`` counts the
-        first scale in each direction too (a series born at 1 shows no increase)."""
+        """Create the pool's scale-event and KEDA nudge counters at 0, so that
+        ``increase()`` counts the first one too (a series born at 1 shows no increase), and
+        its KEDA trigger flag at 0 (set by the reconcile only when KEDA ignores its plan)."""
         for direction in SCALE_DIRECTIONS:
             self.scale_events.labels(namespace, pool, direction)
+        for outcome in NUDGE_OUTCOMES:
+            self.keda_nudges.labels(namespace, pool, outcome)
+        self.keda_trigger_missing.labels(namespace, pool)
 
     def set_policy(self, namespace: str, pool: str, policy: str) -> None:
         """The pool's policy in force (1) and the other (0)."""
@@ -480,6 +501,8 @@ class Metrics:
             self.forecast_shortfall_tokens,
             self.forecast_error,
             self.forecast_stale,
+            self.keda_trigger_missing,
+            self.keda_nudges,
             self.forecast_age,
             self.last_reconcile,
             *(gauge for gauge, _ in self._against_hpa_series()),
@@ -500,8 +523,12 @@ class Metrics:
         for policy in ("forecast", "reactive"):
             with contextlib.suppress(KeyError):
                 self.policy_in_force.remove(namespace, pool, policy)
+        for outcome in NUDGE_OUTCOMES:
+            with contextlib.suppress(KeyError):
+                self.keda_nudges.remove(namespace, pool, outcome)
         self._forget_against_hpa(namespace, pool)
         labelled = {self.driving_constraint, self.scale_events, self.policy_in_force}
+        labelled.add(self.keda_nudges)
         labelled.update(gauge for gauge, _ in self._against_hpa_series())
         for metric in self._per_pool():
             if metric not in labelled:

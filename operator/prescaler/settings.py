@@ -215,6 +215,32 @@ class ScalerSettings:
 
 
 @dataclass(frozen=True, slots=True)
+class KedaSettings:
+    """What the operator does about a pool whose plan KEDA leaves out (mode
+    ``kedaTrigger``, README "With KEDA"). KEDA builds its HPA from the metric specs its
+    scalers give when it reconciles a ScaledObject; a trigger whose scaler it could not
+    reach then (prescaler starting or rolling out) is left out of the HPA, and KEDA reconciles
+    again only when the ScaledObject's spec (its generation), one of its own annotations,
+    or its HPA changes: not by itself."""
+
+    missing_periods: float = 2.0
+    """A pool whose trigger KEDA's HPA has lacked for more than this many reconcile periods
+    gets condition ``KedaTrigger`` False, a Warning Event and
+    ``prescaler_keda_trigger_missing`` 1. Shorter, and a ScaledObject KEDA is still
+    rebuilding (a second or two after its spec changed) would be reported."""
+    nudge: bool = False
+    """Off (the default), the operator only tells. On, it nudges KEDA to rebuild its HPA:
+    it writes the annotation ``prescaler.io/keda-reconcile`` (the time) on KEDA's HPA of the
+    ScaledObject, whose change KEDA's controller watches (it owns the HPA), so KEDA
+    reconciles the ScaledObject and asks every trigger's scaler for its metric spec again.
+    The ScaledObject itself is never written (no generation change, nothing for GitOps to
+    revert). Needs ``patch`` on HPAs, which the chart grants already (mode ``hpaFloor``)."""
+    nudge_seconds: float = 60.0
+    """At most one nudge per pool this often while its trigger stays missing (KEDA may not
+    reach the scaler yet; each nudge costs KEDA one reconcile of the ScaledObject)."""
+
+
+@dataclass(frozen=True, slots=True)
 class OperatorSettings:
     """All settings of ``prescaler run``."""
 
@@ -224,6 +250,7 @@ class OperatorSettings:
     reconcile: ReconcileSettings = field(default_factory=ReconcileSettings)
     prewarm: PrewarmSettings = field(default_factory=PrewarmSettings)
     scaler: ScalerSettings = field(default_factory=ScalerSettings)
+    keda: KedaSettings = field(default_factory=KedaSettings)
     liveness_endpoint: str | None = None
     """kopf's liveness probe URL, e.g. ``http://0.0.0.0:8081/healthz``."""
 
@@ -294,6 +321,8 @@ class OperatorSettings:
             raise ValueError("scaler max concurrent RPCs must exceed its max streams")
         if scaler.stream_max_seconds <= 0 or scaler.not_found_seconds < 0:
             raise ValueError("scaler stream lifetime must be > 0, its not-found period >= 0")
+        if not self.keda.missing_periods > 0 or not self.keda.nudge_seconds > 0:
+            raise ValueError("keda missing periods and nudge seconds must be > 0")
 
     @property
     def clusterwide(self) -> bool:

@@ -50,6 +50,9 @@ class FakeKube:
     writes: list[tuple[str, int]] = field(default_factory=list)
     events: list[tuple[str, str, str]] = field(default_factory=list)
     reads: list[tuple[str, str, str]] = field(default_factory=list)
+    annotations: list[tuple[str, dict[str, str]]] = field(default_factory=list)
+    """The nudges: annotations written on an HPA (controller/keda.py)."""
+    annotate_error: Exception | None = None
 
     async def get_workload(self, namespace: str, kind: str, name: str) -> Workload:
         assert (kind, name) == (self.workload.kind, self.workload.name)
@@ -75,6 +78,11 @@ class FakeKube:
 
     async def patch_hpa_min(self, namespace: str, name: str, min_replicas: int) -> None:
         self.writes.append(("hpa", min_replicas))
+
+    async def annotate_hpa(self, namespace: str, name: str, annotations: dict[str, str]) -> None:
+        if self.annotate_error is not None:
+            raise self.annotate_error
+        self.annotations.append((name, dict(annotations)))
 
     async def list_pod_starts(self, namespace: str, selector: str) -> list[PodStart]:
         return []

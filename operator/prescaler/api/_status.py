@@ -21,6 +21,7 @@ ConditionType = Literal[
     "Prewarm",
     "RiskCalibrated",
     "StandbyAllowed",
+    "KedaTrigger",
 ]
 CONDITION_TYPES: tuple[ConditionType, ...] = (
     "Ready",
@@ -34,6 +35,7 @@ CONDITION_TYPES: tuple[ConditionType, ...] = (
     "Prewarm",
     "RiskCalibrated",
     "StandbyAllowed",
+    "KedaTrigger",
 )
 MAX_FORECAST_POINTS = 12
 
@@ -118,6 +120,13 @@ class KedaStatus(WireModel):
     cannot answer)."""
     message: str = Field(default="", max_length=1024)
     """One line on how KEDA uses the plan."""
+    missing_since: str | None = Field(default=None, max_length=64)
+    """Since when KEDA's HPA has carried no metric of this pool's trigger (or the
+    ScaledObject has no trigger naming it), RFC 3339; unset while it carries one. Past
+    ``keda.missing_periods`` reconcile periods: condition ``KedaTrigger`` False."""
+    nudged_at: str | None = Field(default=None, max_length=64)
+    """When the operator last nudged KEDA to rebuild its HPA (annotation
+    ``prescaler.io/keda-reconcile`` on it; only with the ``keda.nudge`` setting on)."""
 
 
 class ForecastPoint(WireModel):
@@ -609,9 +618,11 @@ class FleetStatus(WireModel):
     """Ready, MetricsAvailable, ForecastHealthy, CapacityAvailable, ScheduleActive, DryRun,
     Invalid, ExternalChange, Prewarm (pools with ``spec.prewarm``: ``True`` when the
     target's pods wait for their warm-up, ``False`` when they cannot: no readiness gate in
-    the template, or no prompts), and StandbyAllowed (pools with standby placeholders:
+    the template, or no prompts), StandbyAllowed (pools with standby placeholders:
     ``False`` when their PriorityClass is not one the operator allows, or not below the
-    priority of the target's pods; the pool scales, without placeholders)."""
+    priority of the target's pods; the pool scales, without placeholders), and KedaTrigger
+    (mode ``kedaTrigger``: ``True`` while KEDA's HPA carries the plan, ``False`` when it has
+    lacked this pool's trigger for a few periods, with the fix in its message)."""
     desired_replicas: int | None = None
     """Replicas the plan asks for."""
     current_replicas: int | None = None

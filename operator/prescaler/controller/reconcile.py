@@ -50,6 +50,7 @@ from prescaler.controller.calibrate import (
     with_history_seed,
 )
 from prescaler.controller.forecast import ForecastHub
+from prescaler.controller.keda import TriggerWatch, with_trigger_condition
 from prescaler.controller.model import (
     INVALID_REASONS,
     TARGET_CONFLICT,
@@ -234,6 +235,8 @@ class Reconciler:
     calibrator: HistoryCalibrator | None = None
     """Replays of new pools' history that seed their risk model (``None``: a new pool
     calibrates on its own lookaheads only)."""
+    keda: TriggerWatch = field(default_factory=TriggerWatch)
+    """Whether KEDA's HPA carries a ``kedaTrigger`` pool's plan: told, nudged if allowed."""
     serving: Callable[[PoolObject], bool] = lambda _: True
     """Whether this replica still serves the pool (with shards: holds its shard's Lease,
     renewed within the renew deadline). Checked before the scale and the status write, so
@@ -535,6 +538,17 @@ class Reconciler:
         )
         status = _with_standby_condition(status, allowed, now, pool.generation)
         await self._standby_event(pool, role, previous, allowed)
+        keda, trigger = await self.keda.watch(
+            self.kube,
+            self.metrics,
+            pool,
+            role,
+            keda_status(gathered, decision.desired_replicas, pool.namespace, pool.name),
+            previous,
+            now,
+            self.interval_seconds,
+            spec.dry_run,
+        )
         status = status.model_copy(
             update={
                 "degradation": degradation.degradation_status(assessment, None),
@@ -548,9 +562,10 @@ class Reconciler:
                     if shadow is not None
                     else None
                 ),
-                "keda": keda_status(gathered, decision.desired_replicas, pool.namespace, pool.name),
+                "keda": keda,
             }
         )
+        status = with_trigger_condition(status, trigger, now, pool.generation)
         if objective is not None and role is None:
             status = with_history_seed(status, previous, seeding, objective, now, pool.generation)
         if policy is not None:

@@ -12,7 +12,7 @@ import logging
 import socket
 import threading
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,6 +26,7 @@ from prescaler.controller import handlers
 from prescaler.controller.calibrate import HistoryCalibrator
 from prescaler.controller.fits import FitProcesses
 from prescaler.controller.forecast import ForecastHub
+from prescaler.controller.keda import TriggerWatch
 from prescaler.controller.prewarm import Prewarmer
 from prescaler.controller.reconcile import Reconciler
 from prescaler.controller.shards import ShardGate
@@ -132,6 +133,9 @@ class Runtime:
             rate_window=rs.rate_window,
             interval_seconds=rs.interval_seconds,
             prewarm=prewarmer,
+            keda=TriggerWatch(
+                settings.keda.missing_periods, settings.keda.nudge, settings.keda.nudge_seconds
+            ),
         )
         return cls(settings, metrics, reconciler, kube, io_pool, fit_pool, prewarmer)
 
@@ -213,6 +217,12 @@ async def operate(
         async def stop_scaler(**_: object) -> None:
             await server.stop(SCALER_GRACE_SECONDS)
 
+        # The scaler listens before kopf serves the health endpoint (it started above), and
+        # the endpoint fails while it does not: the readiness probe keeps a replica whose
+        # scaler does not answer out of the scaler's Service, so KEDA is never pointed at
+        # it, and the liveness probe restarts it.
+        kopf.on.probe(id="scaler", registry=registry)(scaler_probe(settings.scaler.host, scaler[2]))
+
     try:
         await kopf.operator(
             registry=registry,
@@ -244,10 +254,11 @@ async def operate(
 
 async def serve_scaler(
     settings: OperatorSettings, metrics: Metrics
-) -> tuple[aio.Server, KubeClient] | None:
+) -> tuple[aio.Server, KubeClient, int] | None:
     """Start the KEDA external scaler when ``settings.scaler.port`` is set: every replica
     serves it, whichever shards it holds, answering from the pools' status (read through
-    a client of its own, so an answer never queues behind reconciles)."""
+    a client of its own, so an answer never queues behind reconciles). Returns the server,
+    that client and the port it listens on."""
     ss = settings.scaler
     if ss.port == 0:
         return None
@@ -271,7 +282,7 @@ async def serve_scaler(
     if ss.tls_cert is not None and ss.tls_key is not None:
         tls = TlsFiles(Path(ss.tls_cert), Path(ss.tls_key), Path(ss.tls_ca) if ss.tls_ca else None)
     try:
-        server, _ = await start_server(
+        server, bound = await start_server(
             servicer,
             ss.port,
             ss.host,
@@ -282,7 +293,34 @@ async def serve_scaler(
     except BaseException:
         kube.close()
         raise
-    return server, kube
+    return server, kube, bound
+
+
+SCALER_PROBE_SECONDS = 2.0
+"""How long the health endpoint's probe waits for the scaler's port to accept."""
+
+
+def scaler_probe(host: str, port: int) -> Callable[..., Awaitable[str]]:
+    """A kopf probe: ``listening`` once a TCP connection to the scaler's port is accepted
+    (on loopback when it listens on every address); else a permanent error, which makes
+    kopf's health endpoint answer 500."""
+    address = {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}.get(host, host)
+
+    async def probe(**_: object) -> str:
+        try:
+            _reader, writer = await asyncio.wait_for(
+                asyncio.open_connection(address, port), SCALER_PROBE_SECONDS
+            )
+        except (OSError, TimeoutError) as exc:
+            raise kopf.PermanentError(
+                f"the KEDA scaler does not accept connections on {address}:{port}: {exc}"
+            ) from None
+        writer.close()
+        with contextlib.suppress(OSError):
+            await writer.wait_closed()
+        return "listening"
+
+    return probe
 
 
 def _identity(settings: OperatorSettings) -> tuple[str, str]:

@@ -255,6 +255,9 @@ class KubeApi(Protocol):
     async def patch_scale(self, namespace: str, kind: str, name: str, replicas: int) -> None: ...
     async def get_hpa(self, namespace: str, name: str) -> Hpa: ...
     async def patch_hpa_min(self, namespace: str, name: str, min_replicas: int) -> None: ...
+    async def annotate_hpa(
+        self, namespace: str, name: str, annotations: dict[str, str]
+    ) -> None: ...
     async def list_hpas(self, namespace: str) -> list[Hpa]: ...
     async def list_pod_starts(self, namespace: str, selector: str) -> list[PodStart]: ...
     async def patch_pod(self, namespace: str, name: str, patch: dict[str, Any]) -> None: ...
@@ -469,6 +472,18 @@ class KubeClient:
             _content_type=MERGE_PATCH,
             field_manager=FIELD_MANAGER,
             conflicts=True,
+        )
+
+    async def annotate_hpa(self, namespace: str, name: str, annotations: dict[str, str]) -> None:
+        """Set annotations on an HPA (a merge patch of its metadata only): the nudge that
+        makes KEDA reconcile the ScaledObject owning it (controller/keda.py)."""
+        await self._call(
+            self.autoscaling.patch_namespaced_horizontal_pod_autoscaler,
+            name,
+            namespace,
+            {"metadata": {"annotations": annotations}},
+            _content_type=MERGE_PATCH,
+            field_manager=FIELD_MANAGER,
         )
 
     async def list_pod_starts(self, namespace: str, selector: str) -> list[PodStart]:
