@@ -13,6 +13,7 @@ import tomllib
 from typing import Any
 
 import kubernetes_validate
+import promql_parser as pp
 import pytest
 import yaml
 from chart_tools import (
@@ -28,6 +29,7 @@ from chart_tools import (
 
 from cluster.paths import PROJECT_ROOT
 from prescaler.api import InferencePoolSpec
+from prescaler.metrics import Metrics
 from prescaler.settings import from_env
 
 NAMESPACED: dict[str, Any] = {"watch": {"namespaces": ["team-a", "team-b"]}}
@@ -54,6 +56,7 @@ ALL_OPTIONAL: dict[str, Any] = {
     "priorityClassName": "system-cluster-critical",
     "imagePullSecrets": [{"name": "registry"}],
     "keda": {"enabled": True, "tls": {"secretName": "prescaler-scaler-tls"}},
+    "prometheusRule": {"enabled": True, "labels": {"release": "kube-prometheus-stack"}},
 }
 
 MINIMAL: dict[str, Any] = {
@@ -75,9 +78,9 @@ VARIANTS = {
     "minimal": MINIMAL,
 }
 
-# kubernetes-validate ships the Kubernetes API's own schemas only. The ServiceMonitor is a
-# prometheus-operator CRD type, so it is the one kind checked by hand below instead.
-NOT_IN_KUBERNETES_SCHEMAS = {"ServiceMonitor"}
+# kubernetes-validate ships the Kubernetes API's own schemas only. The ServiceMonitor and
+# the PrometheusRule are prometheus-operator CRD types, so they are checked by hand below.
+NOT_IN_KUBERNETES_SCHEMAS = {"ServiceMonitor", "PrometheusRule"}
 
 
 def _validate_strict(docs: list[dict[str, Any]]) -> set[str]:
@@ -454,6 +457,118 @@ def test_keda_scaler_port_service_tls_and_rbac(helm: Helm, namespaced: bool) -> 
     )
 
 
+def test_keda_nudge_and_missing_periods_reach_the_operator_settings(helm: Helm) -> None:
+    """Off by default (the operator only tells); the values feed ``settings.keda``."""
+    env = env_of(operator_container(helm.template({"keda": {"enabled": True}})))
+    keda = from_env({k: v for k, v in env.items() if isinstance(v, str)}).keda
+    assert keda.nudge is False
+    assert "PRESCALER_KEDA_NUDGE_SECONDS" not in env  # the operator's defaults
+    values = {"enabled": True, "nudge": True, "nudgeSeconds": 120, "missingPeriods": 4}
+    env = env_of(operator_container(helm.template({"keda": values})))
+    keda = from_env({k: v for k, v in env.items() if isinstance(v, str)}).keda
+    assert (keda.nudge, keda.nudge_seconds, keda.missing_periods) == (True, 120.0, 4.0)
+
+
+def test_prometheus_rule_alerts_on_what_the_operator_exports(helm: Helm) -> None:
+    """Off by default; on, its alert reads a metric the operator's registry exports, per
+    pool, and names the fix."""
+    assert not by_kind(helm.template(), "PrometheusRule")
+    rule = one(helm.template(ALL_OPTIONAL), "PrometheusRule")
+    assert rule["apiVersion"] == "monitoring.coreos.com/v1"
+    assert rule["metadata"]["labels"]["release"] == "kube-prometheus-stack"
+    assert rule["metadata"]["namespace"] == "prescaler-system"
+    (group,) = rule["spec"]["groups"]
+    alerts = {r["alert"]: r for r in group["rules"]}
+    assert set(alerts) == {"PrescalerKedaTriggerMissing"}
+    alert = alerts["PrescalerKedaTriggerMissing"]
+    assert set(alert) == {"alert", "expr", "for", "labels", "annotations"}
+    assert alert["for"] == "5m"
+    assert alert["labels"] == {"severity": "warning"}
+    exported = {family.name for family in Metrics().registry.collect() if family.type == "gauge"}
+    read: list[str] = []
+    expr = pp.parse(alert["expr"])
+    pp.walk(expr, lambda n: read.append(n.name) if isinstance(n, pp.VectorSelector) else None)
+    assert read == ["prescaler_keda_trigger_missing"]
+    assert set(read) <= exported
+    assert isinstance(expr, pp.BinaryExpr)
+    assert isinstance(expr.lhs, pp.AggregateExpr)
+    assert expr.lhs.modifier is not None
+    assert set(expr.lhs.modifier.labels) == {"namespace", "pool"}
+    summary = alert["annotations"]["summary"]
+    assert "{{ $labels.namespace }}/{{ $labels.pool }}" in summary
+    assert "prescaler.io/keda-reconcile" in alert["annotations"]["description"]
+    assert "keda.nudge" in alert["annotations"]["description"]
+
+
+@pytest.mark.parametrize("namespaced", [False, True])
+def test_rbac_is_cluster_wide_or_roles_in_the_watched_namespaces(
+    helm: Helm, namespaced: bool
+) -> None:
+    """Both shapes: cluster-wide, one ClusterRole with every rule; with
+    ``watch.namespaces``, a Role and RoleBinding in each of those namespaces (the operator
+    then watches only them: the same list reaches its settings), and a ClusterRole that
+    reads PriorityClasses and nothing else: no Deployment, Secret or HPA right outside
+    those namespaces."""
+    values: dict[str, Any] = {"keda": {"enabled": True}, **(NAMESPACED if namespaced else {})}
+    docs = helm.template(values)
+    env = env_of(operator_container(docs))
+    settings = from_env({k: v for k, v in env.items() if isinstance(v, str)})
+
+    def grants(doc: dict[str, Any]) -> set[tuple[str, str, str]]:
+        return {
+            (group, resource, verb)
+            for rule in doc.get("rules") or []
+            for group in rule["apiGroups"]
+            for resource in rule["resources"]
+            for verb in rule["verbs"]
+        }
+
+    workload = {
+        ("apps", "deployments", "get"),
+        ("apps", "deployments/scale", "patch"),
+        ("", "secrets", "get"),
+        ("autoscaling", "horizontalpodautoscalers", "patch"),  # hpaFloor, and KEDA's nudge
+        ("keda.sh", "scaledobjects", "get"),
+    }
+    cluster_roles = by_kind(docs, "ClusterRole")
+    roles = {
+        r["metadata"]["namespace"]: r
+        for r in by_kind(docs, "Role")
+        if not r["metadata"]["name"].endswith("-leader-election")
+    }
+    bound = {b["metadata"]["namespace"]: b for b in by_kind(docs, "RoleBinding")}
+    if not namespaced:
+        assert settings.clusterwide
+        assert roles == {}
+        (cluster_role,) = cluster_roles
+        assert workload <= grants(cluster_role)
+        assert (
+            one(docs, "ClusterRoleBinding")["roleRef"]["name"] == cluster_role["metadata"]["name"]
+        )
+        return
+    assert settings.watch.namespaces == ("team-a", "team-b")
+    assert set(roles) == {"team-a", "team-b"}
+    for namespace, role in roles.items():
+        assert workload <= grants(role)
+        binding = bound[namespace]
+        assert binding["roleRef"] == {
+            "apiGroup": "rbac.authorization.k8s.io",
+            "kind": "Role",
+            "name": role["metadata"]["name"],
+        }
+        (subject,) = binding["subjects"]
+        assert subject == {
+            "kind": "ServiceAccount",
+            "name": "prescaler",
+            "namespace": "prescaler-system",
+        }
+    (cluster_role,) = cluster_roles
+    assert grants(cluster_role) == {
+        ("scheduling.k8s.io", "priorityclasses", "get"),
+        ("scheduling.k8s.io", "priorityclasses", "list"),
+    }
+
+
 def pod_selector(docs: list[dict[str, Any]]) -> dict[str, str]:
     selector: dict[str, str] = one(docs, "Deployment")["spec"]["selector"]["matchLabels"]
     return selector
@@ -504,6 +619,12 @@ def test_minimal_variant_creates_no_cluster_objects_it_was_told_not_to(helm: Hel
         ({"keda": {"namespace": "KEDA"}}, "/keda/namespace"),
         ({"keda": {"maxStreams": 0}}, "/keda/maxStreams"),
         ({"keda": {"networkPolicy": {"form": []}}}, "form"),
+        ({"keda": {"nudge": "yes"}}, "/keda/nudge"),
+        ({"keda": {"missingPeriods": 0}}, "/keda/missingPeriods"),
+        (
+            {"prometheusRule": {"kedaTriggerMissingFor": "5"}},
+            "/prometheusRule/kedaTriggerMissingFor",
+        ),
     ],
 )
 def test_schema_rejects_wrong_values(helm: Helm, values: dict[str, Any], field: str) -> None:

@@ -105,8 +105,11 @@ def test_namespace_mode_binds_a_role_in_each_namespace_and_keeps_the_cluster_rol
     assert bindings == {"team-a", "team-b", "ops"}
     assert ("apps", "deployments/scale", "patch") in granted([roles["team-a"]])
     (cluster_role,) = _rules(objects, "ClusterRole")
-    assert granted([cluster_role]) == {("scheduling.k8s.io", "priorityclasses", "get")}
-    assert cluster_role["rules"][0]["resourceNames"] == [PRIORITY_CLASS]
+    # Cluster-scoped: reading PriorityClasses only (the placeholders' class and the target
+    # pods' class, any name; list: the global default), no Deployment, Secret or HPA.
+    assert granted([cluster_role]) == {
+        ("scheduling.k8s.io", "priorityclasses", verb) for verb in ("get", "list")
+    }
     # PriorityClass creation only when the chart does not create it.
     own = helm_template(
         "rel", "ops", {"watch.namespaces": ["a"], "placeholderPriorityClass.create": False}

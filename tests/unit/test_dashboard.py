@@ -197,6 +197,8 @@ def test_the_panels_the_dashboard_promises_read_their_metrics(dashboard: dict[st
         "prescaler_against_hpa_unserved_ratio",
         "prescaler_against_hpa_short_minutes",
         "prescaler_shadow_hpa_replicas",
+        "prescaler_keda_trigger_missing",  # the row "KEDA"
+        "prescaler_keda_nudges_total",
     }
     assert promised <= read
     annotations = [q for q in queries(dashboard) if q.where.startswith("annotation")]
