@@ -135,7 +135,8 @@ class Selection:
     seconds: float = 0.0
     """Wall time of the selection (its backtests)."""
     kept: bool = False
-    """Whether the incumbent was kept although a challenger scored lower (not significantly)."""
+    """Whether the incumbent (the better baseline, or the previous choice) was kept
+    although a challenger scored lower (not significantly)."""
 
     def describe(self) -> str:
         """One line for status/detail, e.g. ``auto: prophet (sMAPE 4.1 %; ...)``."""
@@ -143,7 +144,7 @@ class Selection:
             return f"auto: {self.model} (too little history to backtest)"
         ranked = sorted(self.scores.items(), key=lambda kv: kv[1])
         others = ", ".join(f"{k} {v:.1f}" for k, v in ranked)
-        kept = "; incumbent kept (challenger not significantly better)" if self.kept else ""
+        kept = "; kept: the lower scores are not significantly better" if self.kept else ""
         return f"auto: {self.model} by sMAPE % over {self.origins} origins ({others}){kept}"
 
 
