@@ -6,7 +6,8 @@
 For each trace (``servegen_m_small`` at its 10-minute step, ``nab_nyc_taxi`` at its
 30-minute step, the Azure 2023 code and conversation traces binned to 10 s, and the two
 generated minute-level traces of ``benchmarks/synthetic_traces.py``, ``web`` and
-``stream``, fixed seeds) it runs :class:`prescaler_forecast.ForecastService`, built as the
+``stream``, fixed seeds, and the real minute-level traces of ``benchmarks/fetch_traces.py``,
+``flights`` and ``retail``) it runs :class:`prescaler_forecast.ForecastService`, built as the
 operator and the backtest build it (``prescaler.api.forecast_service`` from the spec's
 defaults, at the trace's step), at evenly spaced origins over the **second half** of the
 trace (``--first-halves``: over the first half, after the first three days or the first
@@ -44,6 +45,7 @@ from pathlib import Path
 import numpy as np
 
 from _readme import replace_section  # the scripts run with benchmarks/ on sys.path
+from fetch_traces import ensure as fetch_trace
 from prescaler.api import ColdStartSpec, ForecastSpec, forecast_service
 from prescaler.backtest.traces import Trace, load_trace
 from prescaler_forecast import MODEL_NAMES, ForecastService, SelectionConfig, accuracy
@@ -56,6 +58,8 @@ COLD_STARTS = (240.0, 600.0)
 BASELINES = ("persistence", "recent_mean")
 GENERATED = "generated:"
 """A case path that names a generator of ``synthetic_traces.py`` instead of a file."""
+FETCHED = "fetched:"
+"""A case path that names a real trace of ``fetch_traces.py`` (fetched on first use)."""
 
 
 @dataclass(frozen=True)
@@ -103,6 +107,8 @@ CASES = (
     ),
     Case("generated web (1 min)", f"{GENERATED}web", "rate", None, 168, True),
     Case("generated stream (1 min)", f"{GENERATED}stream", "rate", None, 168, True),
+    Case("flights (1 min)", f"{FETCHED}flights", "rate", None, 168, True),
+    Case("retail (1 min)", f"{FETCHED}retail", "rate", None, 168, True),
 )
 
 
@@ -188,6 +194,8 @@ def load(case: Case, traces_dir: Path, generated_dir: Path) -> Trace:
     if case.path.startswith(GENERATED):
         path = generated_dir / f"{case.path.removeprefix(GENERATED)}.csv"
         return load_trace(path, case.fmt)
+    if case.path.startswith(FETCHED):
+        return load_trace(fetch_trace(case.path.removeprefix(FETCHED)), case.fmt)
     return load_trace(traces_dir / case.path, case.fmt, step_seconds=case.step)
 
 

