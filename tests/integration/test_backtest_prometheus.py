@@ -220,7 +220,7 @@ def test_gaps_and_garbage_values_are_marked_gaps_never_zeros(
     ("mode", "message"),
     [
         ("garbage", "malformed answer from Prometheus"),
-        ("http500", "HTTP Status Code 500"),
+        ("http500", "HTTP 500: internal: injected fault"),
         ("vanish", "has no sample of the pool's demand"),
         ("nan", "has no sample of the pool's demand"),
     ],
