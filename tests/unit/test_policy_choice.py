@@ -41,6 +41,7 @@ def test_the_ratio_reads_the_curve_at_the_same_gpu_hours() -> None:
         (0.0095, 105.0, "reactive"),  # within the margin (1.1) and dearer
         (0.005, 130.0, "reactive"),  # 5 x the curve: the web log's dear default
         (0.0, 160.0, "reactive"),  # beyond the HPA's whole curve, neither leaves any
+        (0.0, 141.0, "reactive"),  # dearer than its dearest point: beyond the curve
         (0.05, 60.0, "reactive"),  # cheaper than any HPA, but 1.25 x its cheapest's waiting
         (0.03, 60.0, "forecast"),  # cheaper than any HPA and less waiting than its cheapest
     ],

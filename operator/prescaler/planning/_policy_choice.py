@@ -10,7 +10,8 @@ that lies best against the HPA's curve on that demand:
   curve: its ratio is 1 by definition.
 * The forecast is chosen with a clear margin below the curve (ratio at most
   ``1 - margin``); within the margin of it, the cheaper of the two by GPU-hours; beyond
-  it, the reactive policy (:func:`judge`).
+  it, or dearer than the HPA at its dearest target (beyond its whole curve, where no
+  reading of the curve stands), the reactive policy (:func:`judge`).
 * The first verdict (from the history a new pool replays) is taken at once. Later ones
   (a daily re-check) switch only when the other candidate wins on ``days`` checks in a row
   (:func:`recheck`): one odd day does not flip the pool.
@@ -128,6 +129,13 @@ def judge(evidence: Evidence, margin: float = POLICY_MARGIN) -> Verdict:
         f"GPU-hours (the HPA {e.reactive_unserved:.3%})"
     )
     cheaper: PolicyName = "forecast" if e.forecast_gpu_hours < e.reactive_gpu_hours else "reactive"
+    dearest = max(gpu for gpu, _ in e.hpa_curve)
+    if e.forecast_gpu_hours > dearest:
+        return Verdict(
+            "reactive",
+            ratio,
+            f"{said}: dearer than the HPA at its dearest target, beyond its whole curve",
+        )
     if ratio is None:
         return Verdict(cheaper, None, f"{said}: both served all but a trace, the cheaper plans")
     if ratio <= 1 - margin:
