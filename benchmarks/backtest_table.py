@@ -148,8 +148,9 @@ def _fmt_ratio(x: float | None) -> str:
 def table(results: list[dict[str, Any]]) -> str:
     lines = [
         "| trace | cold start | policy | shortfall min | unserved token frac | GPU-hours "
-        "| GPU-h / oracle | scale events | pred/react shortfall | pred/oracle GPU-h |",
-        "|---|---|---|---:|---:|---:|---:|---:|---:|---:|",
+        "| GPU-h / oracle | scale events | direction changes / day | pred/react shortfall "
+        "| pred/oracle GPU-h |",
+        "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in results:
         ratios = r.get("ratios", {})
@@ -164,6 +165,7 @@ def table(results: list[dict[str, Any]]) -> str:
                 f"| {r['_name'] if first else ''} | {r['cold_start_seconds']:.0f} s "
                 f"| {label} | {s['shortfall_minutes']} | {s['unserved_token_fraction']:.4f} "
                 f"| {s['gpu_hours']:.1f} | {own} | {s['scale_events']} "
+                f"| {s.get('direction_changes_per_day', 0.0):.1f} "
                 f"| {r_short if first else ''} | {r_gpu if first else ''} |"
             )
     return "\n".join(lines)

@@ -4,6 +4,7 @@ next does not flap the fleet; the memory survives a restart through the pool's s
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 from prescaler.api import InferencePoolStatus, PlanStatus, RecentTarget
@@ -12,6 +13,7 @@ from prescaler.controller.status import recent_targets, rfc3339
 from prescaler.planning import (
     FleetState,
     PlanInputs,
+    RiskSizing,
     ScalePlan,
     ScalingPolicy,
     ScheduledWindow,
@@ -147,3 +149,121 @@ def test_a_window_floor_is_not_remembered() -> None:
     )
     assert during.desired_replicas == 12
     assert during.recent_targets == ((NOW + 300.0, 2),)  # demand's target, not the floor
+
+
+def after_release(
+    forecast_rps: float,
+    observed_rps: float | None,
+    released_ago: float,
+    windows: tuple[ScheduledWindow, ...] = (),
+) -> ScalePlan:
+    """A fleet of 5 that released a replica ``released_ago`` seconds ago, and a forecast of
+    ``forecast_rps`` (1 request/s per replica)."""
+    return plan(
+        PlanInputs(
+            now=NOW,
+            capacity=CAPACITY,
+            fleet=FleetState(
+                5,
+                5,
+                last_scale_down_at=NOW - released_ago,
+                observed_requests_per_second=observed_rps,
+            ),
+            policy=POLICY,
+            cold_start_seconds=COLD_START,
+            forecast=Flat(forecast_rps, NOW),
+            windows=windows,
+        )
+    )
+
+
+def test_a_forecast_alone_does_not_add_back_within_the_period_after_a_release() -> None:
+    # Released 60 s ago; the forecast now asks for 7, and what arrives (4 req/s) needs 4.
+    held = after_release(7.0, 4.0, 60.0)
+    assert held.target_replicas == 7
+    assert (held.desired_replicas, held.action, held.driver) == (5, "hold", "stabilization")
+    assert "only what arrives now adds replicas back" in held.reason
+    # After the period the same forecast adds them back; so does a missing release.
+    assert after_release(7.0, 4.0, POLICY.scale_down_stabilization_seconds).desired_replicas == 7
+    assert after_release(7.0, 4.0, 1e9).desired_replicas == 7
+    # A missing observation does not add them back within the period either.
+    assert after_release(7.0, None, 60.0).desired_replicas == 5
+
+
+def test_what_arrives_now_or_a_window_adds_back_at_once_after_a_release() -> None:
+    # What arrives now (6 req/s) needs more than the 5 left: the plan scales to its target.
+    short = after_release(7.0, 6.0, 60.0)
+    assert (short.desired_replicas, short.action) == (7, "scale_up")
+    # A window's floor is known ahead: it is honoured within the period too.
+    start = datetime.fromtimestamp(NOW, UTC)
+    window = ScheduledWindow(
+        name="launch", start=start, end=start + timedelta(minutes=10), min_replicas=8
+    )
+    warmed = after_release(2.0, 2.0, 60.0, windows=(window,))
+    assert (warmed.desired_replicas, warmed.driver) == (8, "window")
+
+
+# With the peak risk model (margin 1: it sizes for what is known now, 1 request/s per
+# replica), as the product plans.
+SIZING = RiskSizing(margin=1.0, level=0.9, calibrated=True)
+RAMP = replace(POLICY, observed_trend_seconds=120.0)
+
+
+def sized(
+    current: int,
+    rps: float,
+    *,
+    rise: float | None = None,
+    recent: tuple[tuple[float, int], ...] = (),
+) -> ScalePlan:
+    """A fleet of ``current`` that sees ``rps`` arrive (and forecasts it flat), rising at
+    ``rise`` per second."""
+    return plan(
+        PlanInputs(
+            now=NOW,
+            capacity=CAPACITY,
+            fleet=FleetState(
+                current,
+                current,
+                observed_requests_per_second=rps,
+                observed_rise_per_second=rise,
+                recent_targets=recent,
+            ),
+            policy=RAMP,
+            cold_start_seconds=COLD_START,
+            forecast=Flat(rps, NOW),
+            risk=SIZING,
+        )
+    )
+
+
+def test_a_release_keeps_the_hpas_tolerance_to_spare() -> None:
+    # 5.2 req/s needs 6 replicas, and 5 would serve it with 4 % to spare: within the HPA's
+    # 10 %, the fleet of 6 holds, and the memory remembers 6 for it.
+    held = sized(6, 5.2)
+    assert (held.target_replicas, held.desired_replicas, held.driver) == (6, 6, "forecast")
+    near = sized(7, 5.2)
+    assert (near.target_replicas, near.desired_replicas, near.driver) == (6, 6, "forecast")
+    edge = sized(6, 4.6)  # 5 replicas serve 4.6 with 9 % to spare: not enough
+    assert (edge.target_replicas, edge.desired_replicas, edge.driver) == (5, 6, "memory")
+    assert edge.recent_targets == ((NOW, 6),)
+    # Beyond the tolerance, the release goes through: 4.5 req/s with 11 % to spare.
+    assert sized(6, 4.5).desired_replicas == 5
+    # A remembered decision holds with its tolerance too, for the memory's span.
+    assert sized(6, 4.0, recent=((NOW - 200.0, 6),)).desired_replicas == 6
+    assert sized(6, 4.0, recent=((NOW - MEMORY - 400.0, 6),)).desired_replicas == 5
+
+
+def test_a_ramp_the_nowcast_alone_sees_extends_a_scale_up_but_does_not_start_one() -> None:
+    # 5 req/s arrive, rising 0.01/s: the ramp nowcast sizes for 6.2 (7 replicas), but what
+    # arrives now fits the 6 there are: no replica for a climb that may be a noisy minute.
+    held = sized(6, 5.0, rise=0.01)
+    assert held.target_replicas == 7
+    assert (held.desired_replicas, held.action, held.driver) == (6, "hold", "stabilization")
+    assert "only the ramp nowcast asks for more" in held.reason
+    # Once what arrives now needs more than the fleet, the scale-up takes the ramp along:
+    # 6.2 req/s need 7 replicas, and the ramp sizes for 7.4 (8).
+    climbing = sized(6, 6.2, rise=0.01)
+    assert (climbing.desired_replicas, climbing.action) == (8, "scale_up")
+    # Without a rise, the same fleet and demand hold: the rule changes nothing else.
+    assert sized(6, 5.0).desired_replicas == 6

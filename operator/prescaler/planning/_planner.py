@@ -15,7 +15,11 @@ The rules, in order:
    under it (the nowcast guard), so a forecast that lags a level shift never plans below
    what is already arriving; while it rises, the observation is taken as far up its rise
    as it climbs in ``observed_trend_seconds`` (the spec's default, 120 s: the ramp
-   nowcast). (The capacity model's own headroom multiplies both.) A full
+   nowcast). The ramp extends a scale-up but does not start one: while what arrives now
+   (sized as above without the ramp), the forecast and the floors fit the fleet, a climb
+   only the nowcast sees adds no replica (a noisy minute looks like a ramp; an HPA within
+   its tolerance does not act either). (The capacity model's own headroom multiplies
+   both.) A full
    fleet serves only its capacity and queues the rest, so its served rate hides demand;
    when the queue is known, arrivals are what is served plus the queue's growth
    (conservation), and the backlog must drain by the time new capacity could arrive: the
@@ -32,9 +36,12 @@ The rules, in order:
    ``scale_down_requires_observation``, a missing observation (a metrics gap) holds too:
    a forecast that cannot be checked against the present does not release capacity.
 5. **Scale-down.** Never below the windows' floor, and not within the stabilization
-   period after a scale-up. A release aims to keep every replica that would be added back
-   within that period (a second direction change in one period: flapping); the rules
-   below make that rare, not impossible, on noisy demand. With the risk model, a release
+   period after a scale-up. The fleet may change direction as often as an HPA would on
+   the same demand, and no more (``tests/unit/test_flapping.py``). Within the period
+   after a release, replicas come back only for what arrives now (the nowcast guard or
+   the queue term) or for a floor (``min_replicas``, a window), not for a forecast or
+   margin alone: adding back what was just released is a second direction change in one
+   period. With the risk model, a release
    keeps what it sizes for the lookahead (the target: a released replica can be back
    within it); without it, what the forecast's upper band needs over the lookahead *plus*
    the period, times the nowcast guard's headroom. Forecasts made at
@@ -43,10 +50,13 @@ The rules, in order:
    floor, which is known ahead and ends with the window) of the last lookahead plus period
    (with the risk model, plus :data:`RISK_MEMORY_PERIODS` periods): an HPA-style
    memory of recommendations, over the span in which a released replica would be needed
-   back (``FleetState.recent_targets``). ``forecast`` mode releases at once
+   back (``FleetState.recent_targets``). With the risk model each decision is remembered
+   as the fleet that serves its demand with :data:`RELEASE_TOLERANCE` (the HPA's 10 %)
+   to spare, this decision's included: a demand that hovers near a replica's edge holds
+   that replica, as it holds an HPA. ``forecast`` mode releases at once
    what that does not need (the replica can be back one cold start before the forecast
    needs it); ``paced`` mode removes a bounded step at most once per stabilization period.
-   Scale-up is immediate (optionally step-bounded).
+   Scale-up is immediate (optionally step-bounded), but for that period after a release.
 6. **Standby.** Warm standby covers the gap between the plan and the most the horizon may
    ask for (the forecast's upper peak, and any window opening within it), so a surprise
    beyond the lookahead, or a window's pre-warm, starts from a warm node.
@@ -91,10 +101,18 @@ from prescaler.planning._risk import (
 )
 from prescaler.planning._windows import Occurrence, ScheduledWindow
 
-RISK_MEMORY_PERIODS = 2
+RISK_MEMORY_PERIODS = 1
 """With the risk model, the memory of recent targets spans the lookahead plus this many
 stabilization periods. Its targets follow what is known now, which jumps with a noisy
-observation or forecast: a release must outlast those jumps, or the fleet flaps."""
+observation or forecast: a release must outlast those jumps, or the fleet flaps. Two
+periods before the release kept :data:`RELEASE_TOLERANCE` to spare; with it, one period
+flaps less than the HPA and costs less (``benchmarks/README.md``)."""
+RELEASE_TOLERANCE = 0.1
+"""The HPA's tolerance, on the release: each decision's demand target is remembered as the
+fleet that serves its demand with this share to spare, so a release waits until every
+decision of the memory fits in fewer replicas with that share to spare. An HPA does not
+act on a load within 10 % of its target; without it, a demand that hovers near a replica's
+edge added and released that replica again and again."""
 
 Mode = Literal["replicas", "hpaFloor", "kedaTrigger"]
 ScaleDownMode = Literal["forecast", "paced"]
@@ -308,7 +326,9 @@ class ScalePlan:
     ``promote_replicas`` already counts the ready standby pods that take their place."""
     recent_targets: tuple[tuple[float, int], ...] = ()
     """The demand targets a scale-down must respect from now on: this decision's, and the
-    earlier ones of the last lookahead plus stabilization period that are larger (rule 5)."""
+    earlier ones of the last lookahead plus stabilization period that are larger (rule 5);
+    with the risk model, each is the fleet that serves its demand with
+    :data:`RELEASE_TOLERANCE` to spare."""
     driver: Driver = "floor"
     """The rule the desired count comes from (see :data:`Driver`)."""
     risk_base: float | None = None
@@ -492,6 +512,8 @@ def plan(inputs: PlanInputs) -> ScalePlan:
     keep_peak = max((p.upper for p in points if p.t - step <= keep_until), default=None)
 
     candidates: list[tuple[int, Constraint, str, Driver]] = []
+    rates: list[float] = []  # what each demand candidate sizes for, in the demand's unit
+    without_ramp = 0  # what the demand candidates need without the ramp nowcast
     observed = fleet.observed_requests_per_second
     seen = observed is not None and math.isfinite(observed) and observed >= 0
     rising = ""
@@ -503,6 +525,7 @@ def plan(inputs: PlanInputs) -> ScalePlan:
     settled = released is None or now - released >= policy.scale_down_stabilization_seconds
     if seen and settled and rise is not None and math.isfinite(rise) and rise > 0:
         ramp = rise * policy.observed_trend_seconds
+    arriving = observed  # what arrives now, without the ramp
     if ramp > 0 and observed is not None:
         # A ramp under way: what arrives now is sized where it is heading, as a reactive
         # HPA's proportional step does (its first order covers the climb).
@@ -538,6 +561,17 @@ def plan(inputs: PlanInputs) -> ScalePlan:
             if risk_sized < banded:
                 how += f", at most {PEAK_CEILING:g}x the peak seen"
         need = capacity.required(risk_sized)
+        rates.append(risk_sized)
+        if ramp > 0 and arriving is not None:
+            # The same sizing on what arrives now, without the ramp's extrapolation.
+            flat = max(mean_peak, arriving)
+            flat = _climb_at_observed(points, step, now, mean_peak, arriving) or flat
+            if inputs.risk.calibrated:
+                unramped = sized_demand(flat, margin, risk_unit)
+            else:
+                unramped = max(flat, peak or 0.0)
+            unramped_need = capacity.required(capped_demand(unramped, flat, inputs.risk.peak))
+            without_ramp = max(without_ramp, unramped_need.replicas)
         candidates.append(
             (
                 need.replicas,
@@ -549,6 +583,8 @@ def plan(inputs: PlanInputs) -> ScalePlan:
         )
     elif peak is not None:
         need = capacity.required(peak)
+        rates.append(peak)
+        without_ramp = max(without_ramp, need.replicas)
         candidates.append(
             (
                 need.replicas,
@@ -560,6 +596,10 @@ def plan(inputs: PlanInputs) -> ScalePlan:
         )
     if observed is not None and seen:
         need = capacity.required(observed * policy.observed_headroom)
+        rates.append(observed * policy.observed_headroom)
+        if arriving is not None:
+            plain = capacity.required(arriving * policy.observed_headroom).replicas
+            without_ramp = max(without_ramp, plain)
         extra = f" x{policy.observed_headroom:g}" if policy.observed_headroom != 1 else ""
         candidates.append(
             (
@@ -575,6 +615,8 @@ def plan(inputs: PlanInputs) -> ScalePlan:
         queued = _queue_demand(fleet, observed, policy.observed_headroom, lookahead, capacity.unit)
         if queued is not None and queued[0] > observed * policy.observed_headroom:
             need = capacity.required(queued[0])
+            rates.append(queued[0])
+            without_ramp = max(without_ramp, need.replicas)
             candidates.append(
                 (
                     need.replicas,
@@ -593,6 +635,7 @@ def plan(inputs: PlanInputs) -> ScalePlan:
     # What demand asks for (forecast, observation, queue): the memory keeps these only, as
     # a window's floor is known in advance and ends when the window does.
     demand_target = min(max((c[0] for c in candidates), default=0), policy.max_replicas)
+    demand_rate = max(rates, default=None) if reactive is None else None
 
     # A window pre-warms `lead` ahead, but never later than one cold start plus margin ahead.
     # A window's occurrences all ask the same, and the first to come starts (and pre-warms)
@@ -639,11 +682,17 @@ def plan(inputs: PlanInputs) -> ScalePlan:
             hard_floor, floor_driver = min(keep, policy.max_replicas), "release"
     # The memory: a release keeps the largest target of the last lookahead plus period
     # (with the risk model, RISK_MEMORY_PERIODS periods), so a forecast that jumps from
-    # one decision to the next does not flap the fleet.
+    # one decision to the next does not flap the fleet. With the risk model, each target is
+    # remembered with the HPA's tolerance to spare (this decision's too): a demand within
+    # it of the fleet's edge holds the fleet, as it holds an HPA.
     memory = lookahead + period * (RISK_MEMORY_PERIODS if risk_sized is not None else 1)
-    recent = _remember(fleet.recent_targets, now, demand_target, memory)
+    spared = demand_target
+    if risk_sized is not None and demand_rate is not None and math.isfinite(demand_rate):
+        spared = capacity.required(demand_rate * (1 + RELEASE_TOLERANCE)).replicas
+        spared = max(demand_target, min(spared, policy.max_replicas))
+    recent = _remember(fleet.recent_targets, now, spared, memory)
     if not idle and reactive is None:
-        remembered = max((r for t, r in recent if t < now), default=0)
+        remembered = max((r for _, r in recent), default=0)
         if min(remembered, policy.max_replicas) > hard_floor:
             hard_floor, floor_driver = min(remembered, policy.max_replicas), "memory"
     blind = policy.scale_down_requires_observation and not seen
@@ -651,6 +700,35 @@ def plan(inputs: PlanInputs) -> ScalePlan:
     desired, action, reason = _pace(inputs, target, hard_floor, may_shrink, why)
     if action == "hold" and usable and blind and inputs.forecast_expected and not idle:
         reason = f"hold {current}: no observed demand, so no scale-down"
+    # Within a stabilization period after a release, replicas come back for what arrives
+    # now (the guard or the queue) or for a floor (minReplicas, a window), not for a
+    # forecast or margin alone: one that asks again at once is the noise the release was
+    # to outlast, and adding them back is a second direction change in the period.
+    present = max((c[0] for c in candidates if c[3] in ("observed", "queue")), default=0)
+    fixed_floor = min(max(window_floor, policy.min_replicas), policy.max_replicas)
+    if (
+        action == "scale_up"
+        and not settled
+        and reactive is None
+        and current >= fixed_floor
+        and present <= current
+    ):
+        desired, action, driver = current, "hold", "stabilization"
+        reason = (
+            f"hold {current} (target {target}): released {now - (released or now):.0f}s "
+            f"ago; within the stabilization period ({period:.0f}s) only what arrives now "
+            f"adds replicas back, and it needs {present}: {why}"
+        )
+    # A climb the ramp nowcast alone sees extends a scale-up, it does not start one: while
+    # what arrives now (and the forecast, and a floor) fits the fleet, a noisy minute that
+    # looks like a ramp adds nothing, as an HPA within its tolerance adds nothing.
+    ramp_alone = max(without_ramp, fixed_floor) <= current
+    if action == "scale_up" and ramp > 0 and reactive is None and ramp_alone:
+        desired, action, driver = current, "hold", "stabilization"
+        reason = (
+            f"hold {current} (target {target}): only the ramp nowcast asks for more; "
+            f"without it the plan needs {max(without_ramp, fixed_floor)}: {why}"
+        )
     stuck = fleet.unschedulable_replicas
     least = min(policy.min_replicas, policy.max_replicas)
     if action == "scale_up" and stuck > 0 and current >= least:
