@@ -56,15 +56,29 @@ def test_the_first_verdict_is_taken_at_once_later_ones_after_two_days() -> None:
     assert (choice.policy, choice.since, choice.switches) == ("reactive", 0.0, 0)
     assert "HPA's curve" in choice.reason
     day = 86_400.0
-    choice = recheck(choice, good, day)
-    assert (choice.policy, choice.pending) == ("reactive", 1)  # one good day is not enough
-    assert "1 of 2" in choice.reason
-    choice = recheck(choice, bad, 2 * day)
-    assert (choice.policy, choice.pending) == ("reactive", 0)  # the streak is broken
-    choice = recheck(choice, good, 3 * day)
-    choice = recheck(choice, good, 4 * day)
-    assert (choice.policy, choice.since, choice.switches) == ("forecast", 4 * day, 1)
-    assert choice.ratio == pytest.approx(0.002 / 0.015)
+    # One good day, pooled with the bad one, then a bad day: no switch.
+    choice = recheck(recheck(choice, good, day), bad, 2 * day)
+    assert (choice.policy, choice.switches) == ("reactive", 0)
+    # Good days in a row: the pooled evidence turns, then two checks in a row switch.
+    checks = []
+    for n in range(3, 10):
+        choice = recheck(choice, good, n * day)
+        checks.append(choice.policy)
+        if choice.policy == "forecast":
+            break
+    assert checks[-1] == "forecast"
+    assert len(checks) >= 2  # never on the first good day: two checks in a row
+    assert choice.switches == 1
+    assert choice.since == n * day
+
+
+def test_the_evidence_pools_the_days_with_the_new_one_weighing_less_than_half() -> None:
+    a, b = evidence(0.0, 100.0), evidence(0.01, 120.0)
+    pooled = b.pooled(a, 0.4)
+    assert pooled.forecast_unserved == pytest.approx(0.004)
+    assert pooled.forecast_gpu_hours == pytest.approx(108.0)
+    assert pooled.hpa_curve == CURVE  # the same curve on both days
+    assert b.pooled(None) is b
 
 
 def test_evidence_must_be_numbers() -> None:

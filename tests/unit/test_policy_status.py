@@ -57,12 +57,17 @@ def test_a_history_that_says_reactive_starts_reactive_and_says_why() -> None:
 
 def test_it_switches_to_the_forecast_after_two_daily_checks_in_a_row() -> None:
     status = policy_status(spec(), None, seed(DEAR, NOW), NOW)
-    one = policy_status(spec(), status, seed(PAYS, NOW + DAY), NOW + DAY)
-    assert (one.in_force, one.pending) == ("reactive", 1)
-    two = policy_status(spec(), one, seed(PAYS, NOW + 2 * DAY), NOW + 2 * DAY)
-    assert (two.in_force, two.pending, two.switches) == ("forecast", 0, 1)
-    assert two.since is not None
-    assert two.since.startswith("2027-01-17")
+    seen = []
+    for n in range(1, 8):  # the forecast pays every day from now on
+        status = policy_status(spec(), status, seed(PAYS, NOW + n * DAY), NOW + n * DAY)
+        seen.append((status.in_force, status.pending))
+        if status.in_force == "forecast":
+            break
+    # The pooled evidence turns, one check favours the forecast, the next switches.
+    assert seen[-2:] == [("reactive", 1), ("forecast", 0)], seen
+    assert status.switches == 1
+    assert status.since is not None
+    assert status.since.startswith(f"2027-01-{15 + n}")
 
 
 def test_an_explicit_policy_is_never_switched() -> None:
@@ -74,3 +79,16 @@ def test_an_explicit_policy_is_never_switched() -> None:
     assert again == status
     forecast = policy_status(spec(policy="forecast"), status, seed(DEAR, NOW + DAY), NOW + DAY)
     assert (forecast.in_force, forecast.switches) == ("forecast", 1)
+
+
+def test_the_pooled_evidence_survives_in_the_status() -> None:
+    first = policy_status(spec(), None, seed(DEAR, NOW), NOW)
+    assert first.evidence is not None
+    assert first.evidence.forecast_gpu_hours == DEAR.forecast_gpu_hours
+    # Through the API server and back, as the next reconcile reads it.
+    stored = type(first).model_validate(first.model_dump(by_alias=True))
+    second = policy_status(spec(), stored, seed(PAYS, NOW + DAY), NOW + DAY)
+    assert second.evidence is not None
+    pooled = 0.4 * PAYS.forecast_gpu_hours + 0.6 * DEAR.forecast_gpu_hours
+    assert second.evidence.forecast_gpu_hours == pooled
+    assert second.evidence.curve_unserved == [u for _, u in CURVE]

@@ -692,6 +692,24 @@ class RolesStatus(WireModel):
     """The decode role."""
 
 
+class EvidenceStatus(WireModel):
+    """Both ways of planning on the replayed demand, pooled over the daily checks so far:
+    the shares of demand left waiting and the GPU-hours (per replayed day)."""
+
+    forecast_unserved: float = Field(ge=0)
+    """The forecast planner: the share of demand it left waiting."""
+    forecast_gpu_hours: float = Field(ge=0)
+    """The forecast planner: its GPU-hours."""
+    hpa_unserved: float = Field(ge=0)
+    """The HPA at the pool's target: the share of demand it left waiting."""
+    hpa_gpu_hours: float = Field(ge=0)
+    """The HPA at the pool's target: its GPU-hours."""
+    curve_unserved: list[Annotated[float, Field(ge=0)]] = Field(max_length=16)
+    """The HPA swept over its target (0.5 to 0.9): what each point left waiting."""
+    curve_gpu_hours: list[Annotated[float, Field(ge=0)]] = Field(max_length=16)
+    """...and what each spent."""
+
+
 class PolicyStatus(WireModel):
     """How the pool plans now (``spec.policy``), why and since when."""
 
@@ -716,6 +734,9 @@ class PolicyStatus(WireModel):
     """Checks in a row that favoured the other policy (a switch needs two)."""
     switches: int = Field(default=0, ge=0)
     """Switches since the pool was created."""
+    evidence: EvidenceStatus | None = None
+    """The evidence weighed, pooled over the checks (a new day counts 0.4, the days before
+    it the rest, fading)."""
 
 
 class InferencePoolStatus(FleetStatus):

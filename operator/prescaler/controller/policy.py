@@ -12,11 +12,11 @@ the metric on a switch.
 
 from __future__ import annotations
 
-from prescaler.api import InferencePoolSpec, PolicyStatus
+from prescaler.api import EvidenceStatus, InferencePoolSpec, PolicyStatus
 from prescaler.backtest import CHECK_SECONDS
 from prescaler.controller.calibrate import Seed
 from prescaler.controller.status import Shadow, parse_rfc3339, rfc3339
-from prescaler.planning import PolicyChoice, recheck
+from prescaler.planning import Evidence, PolicyChoice, recheck
 
 __all__ = ["check_due", "check_index", "policy_status", "reactive_count", "switched"]
 
@@ -38,6 +38,34 @@ def check_index(now: float) -> int:
     return int(now // CHECK_SECONDS)
 
 
+def _evidence(status: EvidenceStatus | None) -> Evidence | None:
+    if status is None or len(status.curve_gpu_hours) != len(status.curve_unserved):
+        return None
+    try:
+        return Evidence(
+            status.forecast_unserved,
+            status.forecast_gpu_hours,
+            status.hpa_unserved,
+            status.hpa_gpu_hours,
+            tuple(zip(status.curve_gpu_hours, status.curve_unserved, strict=True)),
+        )
+    except ValueError:  # garbage in an old status: the next check starts afresh
+        return None
+
+
+def _evidence_status(evidence: Evidence | None) -> EvidenceStatus | None:
+    if evidence is None:
+        return None
+    return EvidenceStatus(
+        forecast_unserved=round(evidence.forecast_unserved, 8),
+        forecast_gpu_hours=round(evidence.forecast_gpu_hours, 4),
+        hpa_unserved=round(evidence.reactive_unserved, 8),
+        hpa_gpu_hours=round(evidence.reactive_gpu_hours, 4),
+        curve_unserved=[round(u, 8) for _, u in evidence.hpa_curve],
+        curve_gpu_hours=[round(g, 4) for g, _ in evidence.hpa_curve],
+    )
+
+
 def _choice(previous: PolicyStatus | None) -> PolicyChoice | None:
     if previous is None or previous.chosen_by != "history":
         return None
@@ -53,6 +81,7 @@ def _choice(previous: PolicyStatus | None) -> PolicyChoice | None:
         previous.frontier_ratio,
         previous.pending,
         previous.switches,
+        _evidence(previous.evidence),
     )
 
 
@@ -67,6 +96,7 @@ def _status(choice: PolicyChoice) -> PolicyStatus:
         frontier_ratio=None if ratio is None else round(min(ratio, 1e9), 4),
         pending=choice.pending,
         switches=choice.switches,
+        evidence=_evidence_status(choice.evidence),
     )
 
 

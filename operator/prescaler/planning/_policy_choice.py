@@ -13,7 +13,8 @@ that lies best against the HPA's curve on that demand:
   it, or dearer than the HPA at its dearest target (beyond its whole curve, where no
   reading of the curve stands), the reactive policy (:func:`judge`).
 * The first verdict (from the history a new pool replays) is taken at once. Later ones
-  (a daily re-check) switch only when the other candidate wins on ``days`` checks in a row
+  (a daily re-check) weigh the day pooled with the days before it (about three count),
+  and switch only when the other candidate wins on ``days`` checks in a row
   (:func:`recheck`): one odd day does not flip the pool.
 
 Pure: plain numbers in, a :class:`PolicyChoice` value out.
@@ -30,6 +31,7 @@ __all__ = [
     "NEGLIGIBLE_WAITING",
     "POLICY_MARGIN",
     "POLICY_SWITCH_DAYS",
+    "POOL_WEIGHT",
     "Evidence",
     "PolicyChoice",
     "PolicyName",
@@ -46,6 +48,9 @@ POLICY_MARGIN = 0.2
 most 0.8), and within how much of the curve the cheaper candidate wins."""
 POLICY_SWITCH_DAYS = 2
 """Daily re-checks in a row the other candidate must win before the pool switches."""
+POOL_WEIGHT = 0.4
+"""A new day's share of the pooled evidence a check weighs (the rest: the days before it,
+fading): about the last three days count."""
 NEGLIGIBLE_WAITING = 1e-4
 """A share of demand left waiting below which a day counts as served (one token in ten
 thousand): where both the forecast and the HPA's curve leave less, their ratio is noise,
@@ -78,6 +83,28 @@ class Evidence:
         if len(self.hpa_curve) < 2:
             raise ValueError("the HPA's curve needs at least two points")
 
+    def pooled(self, earlier: Evidence | None, weight: float = POOL_WEIGHT) -> Evidence:
+        """This evidence weighed with what earlier checks pooled: each number the mean of
+        the two, this one counting ``weight`` (the HPA's points matched by their place in
+        the sweep). One day's unserved demand sits in a few bursts, so a day alone reads
+        the curve near zero, where a ratio is noise; days pooled read it as a week does."""
+        if earlier is None or len(earlier.hpa_curve) != len(self.hpa_curve):
+            return self
+
+        def mix(new: float, old: float) -> float:
+            return weight * new + (1 - weight) * old
+
+        return Evidence(
+            mix(self.forecast_unserved, earlier.forecast_unserved),
+            mix(self.forecast_gpu_hours, earlier.forecast_gpu_hours),
+            mix(self.reactive_unserved, earlier.reactive_unserved),
+            mix(self.reactive_gpu_hours, earlier.reactive_gpu_hours),
+            tuple(
+                (mix(g, g0), mix(u, u0))
+                for (g, u), (g0, u0) in zip(self.hpa_curve, earlier.hpa_curve, strict=True)
+            ),
+        )
+
 
 @dataclass(frozen=True, slots=True)
 class Verdict:
@@ -96,8 +123,9 @@ def frontier_ratio(
     """``unserved`` over the HPA curve's unserved at ``gpu_hours`` (linear between its
     points). Past either end of the curve the end's value stands: a plan dearer than the
     HPA's dearest point is held to what that point leaves waiting, one cheaper than its
-    cheapest to what that one leaves. ``inf`` where the curve leaves nothing waiting and
-    ``unserved`` is not nothing; ``None`` where neither leaves anything."""
+    cheapest to what that one leaves. ``None`` where both leave less than
+    :data:`NEGLIGIBLE_WAITING`; ``inf`` where the curve leaves nothing and ``unserved``
+    is more than that."""
     points = sorted(curve)
     xs = [x for x, _ in points]
     ys = [y for _, y in points]
@@ -165,6 +193,8 @@ class PolicyChoice:
     pending: int = 0
     """Checks in a row the other candidate has won since (a switch needs ``days``)."""
     switches: int = 0
+    evidence: Evidence | None = None
+    """The evidence pooled over the checks so far (:meth:`Evidence.pooled`)."""
 
 
 def recheck(
@@ -175,14 +205,21 @@ def recheck(
     margin: float = POLICY_MARGIN,
     days: int = POLICY_SWITCH_DAYS,
 ) -> PolicyChoice:
-    """The choice after weighing ``evidence`` at ``now``: the first verdict at once, later
-    ones only after ``days`` in a row."""
-    verdict = judge(evidence, margin)
+    """The choice after weighing ``evidence`` at ``now``, pooled with the earlier checks'
+    (:meth:`Evidence.pooled`): the first verdict at once, later ones only after ``days``
+    in a row."""
+    pooled = evidence.pooled(choice.evidence if choice is not None else None)
+    verdict = judge(pooled, margin)
     if choice is None:
-        return PolicyChoice(verdict.policy, now, verdict.reason, now, verdict.ratio)
+        return PolicyChoice(verdict.policy, now, verdict.reason, now, verdict.ratio, 0, 0, pooled)
     if verdict.policy == choice.policy:
         return replace(
-            choice, reason=verdict.reason, checked_at=now, ratio=verdict.ratio, pending=0
+            choice,
+            reason=verdict.reason,
+            checked_at=now,
+            ratio=verdict.ratio,
+            pending=0,
+            evidence=pooled,
         )
     pending = choice.pending + 1
     if pending < days:
@@ -193,6 +230,7 @@ def recheck(
             checked_at=now,
             ratio=verdict.ratio,
             pending=pending,
+            evidence=pooled,
         )
     return PolicyChoice(
         verdict.policy,
@@ -202,4 +240,5 @@ def recheck(
         verdict.ratio,
         0,
         choice.switches + 1,
+        pooled,
     )
