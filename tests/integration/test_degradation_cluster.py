@@ -201,6 +201,9 @@ def test_a_forecast_shortfall_alone_raises_warning_before_the_demand_arrives(
         {"model": "seasonal_naive", "lookbackSeconds": 2 * day, "stepSeconds": step,
          "horizonSeconds": 900, "quantile": 0.9}
     )  # fmt: skip
+    # What a forecast-driven pool signals: with two replicas at most, every HPA on this
+    # history spends as much as the forecast, so spec.policy auto may plan as the HPA would.
+    spec["policy"] = "forecast"
     with world.chart_operator(rate_window="30s"):
         k.create_pool("chat", spec)
         wait_for(
