@@ -37,9 +37,19 @@ from pathlib import Path
 
 import pytest
 
+from cluster.apiproxy import ApiProxy
 from cluster.keda import Keda
 from cluster.launcher import LocalCluster
 from cluster.prometheus import Prometheus
+
+
+@pytest.fixture
+def api_proxy(cluster: LocalCluster, tmp_path: Path) -> Iterator[ApiProxy]:
+    proxy = ApiProxy.start_for(cluster.kubeconfig, tmp_path / "apiproxy")
+    try:
+        yield proxy
+    finally:
+        proxy.stop()
 
 
 @pytest.fixture

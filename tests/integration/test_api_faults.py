@@ -11,9 +11,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator
 from dataclasses import replace
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -49,15 +47,6 @@ FAULTS: dict[str, Rule] = {
     "pod-list-500": Rule("GET", r"/namespaces/[^/]+/pods$", status=500, times=3, watch=False),
     "pool-watch-drop": Rule("GET", r"/inferencepools$", action="drop", times=3, watch=True),
 }
-
-
-@pytest.fixture
-def api_proxy(cluster: LocalCluster, tmp_path: Path) -> Iterator[ApiProxy]:
-    proxy = ApiProxy.start_for(cluster.kubeconfig, tmp_path / "apiproxy")
-    try:
-        yield proxy
-    finally:
-        proxy.stop()
 
 
 def _reconciles(metrics: Metrics) -> float:

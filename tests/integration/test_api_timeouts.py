@@ -7,15 +7,12 @@ generous deadline."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 from kubernetes import client
 
 from cluster.apiproxy import ApiProxy, Rule
-from cluster.launcher import LocalCluster
 from cluster.objects import gpu_deployment
 from prescaler.kube import KubeClient, LeaseElector, LeaseTimings, load_api_client
 
@@ -24,15 +21,6 @@ pytestmark = pytest.mark.cluster
 DEADLINE = 120.0
 """Seconds a wait may take on a busy machine before the test fails (the calls' and the
 Lease's own timeouts are a few seconds)."""
-
-
-@pytest.fixture
-def api_proxy(cluster: LocalCluster, tmp_path: Path) -> Iterator[ApiProxy]:
-    proxy = ApiProxy.start_for(cluster.kubeconfig, tmp_path / "apiproxy")
-    try:
-        yield proxy
-    finally:
-        proxy.stop()
 
 
 def test_a_call_whose_connection_never_answers_is_retried_after_its_timeout(

@@ -69,7 +69,6 @@ def candidates(
     capacity: CapacityModel,
     config: FleetConfig,
     options: ReplayOptions,
-    hpa_target: float,
     lead_in_seconds: float = CHECK_SECONDS,
 ) -> tuple[BacktestResult, PredictivePolicy]:
     """The forecast planner and the swept HPAs, each on its own fleet, on ``demand`` from
@@ -86,7 +85,7 @@ def candidates(
         forecast_spec(spec), earlier, capacity=capacity, config=config, options=options
     )
     forecast.name = FORECAST_CANDIDATE
-    targets = sorted({*HPA_SWEEP, hpa_target})
+    targets = sorted({*HPA_SWEEP, options.hpa_target})
     hpas = []
     for target in targets:
         hpa = reactive_policy(config, target)

@@ -116,7 +116,6 @@ def calibrate_from_history(
         capacity=capacity,
         config=config,
         options=options,
-        hpa_target=options.hpa_target,
         lead_in_seconds=0.0,
     )
     risk = predictive.risk or PeakRisk()

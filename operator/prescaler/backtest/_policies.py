@@ -601,8 +601,27 @@ class PredictivePolicy:
         return decision.desired_replicas
 
 
+class _PlannerFront:
+    """What a policy built around the forecast planner reports of it: its standby, its
+    decisions' drivers and its last forecast."""
+
+    predictive: PredictivePolicy
+
+    @property
+    def standby(self) -> int:
+        return self.predictive.standby
+
+    @property
+    def drivers(self) -> dict[Driver, tuple[int, float]]:
+        return self.predictive.drivers
+
+    @property
+    def last_forecast(self) -> ForecastLike | None:
+        return self.predictive.last_forecast
+
+
 @dataclass
-class KedaPolicy:
+class KedaPolicy(_PlannerFront):
     """prescaler as a KEDA external trigger beside a reactive one, as KEDA runs it: one HPA
     with two metrics, the pool's plan (an External metric, its planned replicas against
     an ``AverageValue`` target of 1) and the reactive trigger's per-pod load (the
@@ -618,17 +637,6 @@ class KedaPolicy:
     def interval_seconds(self) -> float:
         return self.reactive.sync_seconds
 
-    @property
-    def standby(self) -> int:
-        return self.predictive.standby
-
-    @property
-    def drivers(self) -> dict[Driver, tuple[int, float]]:
-        return self.predictive.drivers
-
-    @property
-    def last_forecast(self) -> ForecastLike | None:
-        return self.predictive.last_forecast
 
     def decide(self, obs: Observation) -> int:
         plan = self.predictive.decide(obs)
@@ -636,7 +644,7 @@ class KedaPolicy:
 
 
 @dataclass
-class AutoPolicy:
+class AutoPolicy(_PlannerFront):
     """``spec.policy: auto`` (or a fixed ``reactive``), as the operator runs it: the
     forecast planner and the HPA both decide at every step on this fleet, and the one in
     force per ``schedule`` (``(from, policy)`` in time order, the choices the daily
@@ -657,17 +665,6 @@ class AutoPolicy:
     def interval_seconds(self) -> float:
         return self.predictive.interval_seconds
 
-    @property
-    def standby(self) -> int:
-        return self.predictive.standby
-
-    @property
-    def drivers(self) -> dict[Driver, tuple[int, float]]:
-        return self.predictive.drivers
-
-    @property
-    def last_forecast(self) -> ForecastLike | None:
-        return self.predictive.last_forecast
 
     def in_force(self, now: float) -> PolicyName:
         mode: PolicyName = "forecast"

@@ -397,7 +397,6 @@ def planned_policy(
             capacity=capacity,
             config=config,
             options=options,
-            hpa_target=options.hpa_target,
         )
         choices = daily_choices(runs, options.hpa_target, first_at=demand.replay_start)
     fixed: PolicyName | None = "reactive" if spec.policy == "reactive" else None
