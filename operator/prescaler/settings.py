@@ -101,6 +101,11 @@ class ReconcileSettings:
     """How long the replay of a new pool's history (which seeds its risk model, condition
     RiskCalibrated) may run in its fit process before it is abandoned, its process
     killed, and the pool calibrates on its own lookaheads (retried after as long)."""
+    policy_check_seconds: float = 86_400.0
+    """How often a ``spec.policy: auto`` pool replays its history again to re-check its
+    policy. Each check replays the last day (at most half the history), so checked daily
+    every day is weighed once, a whole cycle at a time; a switch needs two checks in a
+    row. A shorter period re-weighs overlapping days, at a replay's CPU each time."""
     fit_queue_limit: int = 4096
     """Selection and fit jobs the fit queue holds at most (one per shared demand series)."""
     first_fit_spread_seconds: float = 60.0
@@ -274,6 +279,8 @@ class OperatorSettings:
             raise ValueError("prometheus timeout must be > 0 seconds")
         if self.reconcile.prometheus_max_response_bytes < 1024:
             raise ValueError("prometheus max response bytes must be >= 1024")
+        if not self.reconcile.policy_check_seconds >= 60:
+            raise ValueError("policy check period must be >= 60 seconds")
         if self.reconcile.fit_queue_limit < 1:
             raise ValueError("fit queue limit must be >= 1")
         if self.reconcile.fit_memory_mib < 0:

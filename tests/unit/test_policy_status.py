@@ -6,7 +6,7 @@ from typing import Any
 
 from prescaler.api import AgainstHpaWindow, InferencePoolSpec
 from prescaler.controller.calibrate import Seed
-from prescaler.controller.policy import check_due, policy_status
+from prescaler.controller.policy import check_due, check_index, policy_status, switched
 from prescaler.planning import Evidence, PeakRisk
 
 DAY = 86_400.0
@@ -45,7 +45,9 @@ def test_auto_plans_on_the_forecast_until_its_history_is_replayed() -> None:
 def test_a_history_that_says_reactive_starts_reactive_and_says_why() -> None:
     waiting = policy_status(spec(), None, None, NOW - 60)
     status = policy_status(spec(), waiting, seed(DEAR, NOW), NOW)
-    assert (status.in_force, status.chosen_by, status.switches) == ("reactive", "history", 0)
+    # It planned on the forecast while it waited: the first verdict is its first switch.
+    assert (status.in_force, status.chosen_by, status.switches) == ("reactive", "history", 1)
+    assert switched(waiting, status)
     assert status.frontier_ratio == 5.0
     assert "5.00 of the HPA's curve" in status.reason
     assert status.checked_at is not None
@@ -53,6 +55,19 @@ def test_a_history_that_says_reactive_starts_reactive_and_says_why() -> None:
     assert check_due(spec(), status, NOW + DAY)
     # The same replay weighed again changes nothing.
     assert policy_status(spec(), status, seed(DEAR, NOW), NOW + 15) == status
+    # A first verdict for the way it already planned is no switch.
+    kept = policy_status(spec(), waiting, seed(PAYS, NOW), NOW)
+    assert (kept.in_force, kept.switches) == ("forecast", 0)
+    assert not switched(waiting, kept)
+
+
+def test_the_check_period_is_the_operators_setting() -> None:
+    status = policy_status(spec(), None, seed(DEAR, NOW), NOW)
+    assert not check_due(spec(), status, NOW + 59, every=60)
+    assert check_due(spec(), status, NOW + 60, every=60)
+    # Each period's check is a replay of its own (the calibrator's key).
+    assert check_index(NOW + 60, every=60) == check_index(NOW, every=60) + 1
+    assert check_index(NOW + 60) == check_index(NOW)
 
 
 def test_it_switches_to_the_forecast_after_two_daily_checks_in_a_row() -> None:

@@ -30,6 +30,7 @@ from prescaler.backtest._report import BacktestResult, run_backtest
 from prescaler.backtest._simulate import FleetConfig
 from prescaler.capacity import CapacityModel
 from prescaler.planning import Evidence, PolicyChoice, PolicyName, recheck
+from prescaler.settings import ReconcileSettings
 
 if TYPE_CHECKING:
     from prescaler.backtest._run import ReplayOptions
@@ -48,8 +49,8 @@ __all__ = [
 HPA_SWEEP = (0.5, 0.55, 0.6, 0.65, 0.7, 0.75, 0.8, 0.85, 0.9)
 """The HPA targets the forecast is weighed against: the benchmarks' range, dense enough that a
 straight line between two points does not lie far above the curve (and flatter the forecast)."""
-CHECK_SECONDS = 86_400.0
-"""How often the choice is re-checked, and over how much demand."""
+CHECK_SECONDS = ReconcileSettings().policy_check_seconds
+"""How often the choice is re-checked, and over how much demand (the operator's default)."""
 FORECAST_CANDIDATE = "forecast"
 """The forecast planner's run among the candidates."""
 

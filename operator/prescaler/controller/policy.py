@@ -12,30 +12,44 @@ the metric on a switch.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from prescaler.api import EvidenceStatus, InferencePoolSpec, PolicyStatus
 from prescaler.backtest import CHECK_SECONDS
 from prescaler.controller.calibrate import Seed
 from prescaler.controller.status import Shadow, parse_rfc3339, rfc3339
 from prescaler.planning import Evidence, PolicyChoice, recheck
 
-__all__ = ["check_due", "check_index", "policy_status", "reactive_count", "switched"]
+__all__ = [
+    "CHECK_SECONDS",
+    "check_due",
+    "check_index",
+    "policy_status",
+    "reactive_count",
+    "switched",
+]
 
 WAITING = "no replay of its history yet: the forecast plans until the first one"
 
 
-def check_due(spec: InferencePoolSpec, previous: PolicyStatus | None, now: float) -> bool:
+def check_due(
+    spec: InferencePoolSpec,
+    previous: PolicyStatus | None,
+    now: float,
+    every: float = CHECK_SECONDS,
+) -> bool:
     """Whether ``auto`` wants a replay of the pool's history now: never weighed, or last
-    weighed a day ago or more."""
+    weighed ``every`` seconds ago or more (a day, by default)."""
     if spec.policy != "auto" or spec.forecast is None:
         return False
     checked = parse_rfc3339(previous.checked_at) if previous is not None else None
     chosen = previous is not None and previous.chosen_by == "history"
-    return not chosen or checked is None or now - checked >= CHECK_SECONDS
+    return not chosen or checked is None or now - checked >= every
 
 
-def check_index(now: float) -> int:
-    """The daily check a replay asked for at ``now`` belongs to."""
-    return int(now // CHECK_SECONDS)
+def check_index(now: float, every: float = CHECK_SECONDS) -> int:
+    """The check (of one every ``every`` seconds) a replay asked for at ``now`` is for."""
+    return int(now // every)
 
 
 def _evidence(status: EvidenceStatus | None) -> Evidence | None:
@@ -126,7 +140,11 @@ def policy_status(
     evidence = seed.evidence if seed is not None else None
     fresh = seed is not None and (choice is None or seed.replayed_at > choice.checked_at)
     if seed is not None and evidence is not None and fresh:
+        first = choice is None
         choice = recheck(choice, evidence, seed.replayed_at)
+        if first and previous is not None:  # the first verdict may move the policy too
+            turned = int(previous.in_force != choice.policy)
+            choice = replace(choice, switches=previous.switches + turned)
     if choice is None:
         if previous is not None and previous.chosen_by == "history":
             return previous

@@ -64,6 +64,7 @@ from prescaler.controller.model import (
     fleet_label,
 )
 from prescaler.controller.policy import (
+    CHECK_SECONDS,
     check_due,
     check_index,
     policy_status,
@@ -229,6 +230,8 @@ class Reconciler:
     interval_seconds: float = 30.0
     """The reconcile period: a plan stands until the next reconcile, so its lookahead covers
     it (``PlanInputs.decision_interval_seconds``)."""
+    policy_check_seconds: float = CHECK_SECONDS
+    """How often a ``spec.policy: auto`` pool's choice is re-checked (``ReconcileSettings``)."""
     clock: Callable[[], float] = time.time
     prewarm: Prewarmer | None = None
     """Warm-up of new pods (``spec.prewarm``); without it the spec field is ignored."""
@@ -602,7 +605,7 @@ class Reconciler:
             return None
         objective = risk_objective(spec)
         cached = self._sources.get(key)
-        due = check_due(spec, previous.policy, now)
+        due = check_due(spec, previous.policy, now, self.policy_check_seconds)
         if (not needs_seed(previous.risk, objective) and not due) or cached is None:
             self.calibrator.forget(key)
             return None
@@ -628,7 +631,7 @@ class Reconciler:
             hpa_target=shadow.setup.target,
             decision_seconds=decision,
             min_seconds=objective.min_outcomes * decision,
-            check=check_index(now) if due else 0,
+            check=check_index(now, self.policy_check_seconds) if due else 0,
         )
         return self.calibrator.request(key, job)
 

@@ -132,6 +132,7 @@ class Runtime:
             placeholder_priority_classes=rs.placeholder_priority_classes,
             rate_window=rs.rate_window,
             interval_seconds=rs.interval_seconds,
+            policy_check_seconds=rs.policy_check_seconds,
             prewarm=prewarmer,
             keda=TriggerWatch(
                 settings.keda.missing_periods, settings.keda.nudge, settings.keda.nudge_seconds
