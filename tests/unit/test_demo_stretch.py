@@ -117,7 +117,13 @@ def test_the_pool_tells_the_forecaster_the_compressed_day_and_week(tmp_path: Pat
     trace_file.write_text("t\n")
     stretch = choose_stretch(_trace(rps), 6)
     scenario = Scenario(
-        Options(trace=trace_file), stretch, TokenMeans(120, 15, 585), 1.0, 40.0, 64, 1.0
+        Options(trace=trace_file, max_replicas=16),
+        stretch,
+        TokenMeans(120, 15, 585),
+        1.0,
+        40.0,
+        64,
+        1.0,
     )
     assert scenario.compression == 10
     assert scenario.seasonality_periods() == [8640, 60480]

@@ -65,7 +65,12 @@ def parse(argv: list[str] | None) -> tuple[Options, Path]:
         default=d.peak_replicas,
         help="scale demand so the stretch's peak needs this many replicas (10)",
     )
-    p.add_argument("--max-replicas", type=int, default=d.max_replicas, help="pool maximum (16)")
+    p.add_argument(
+        "--max-replicas",
+        type=int,
+        default=d.max_replicas,
+        help="pool maximum (default: what the backfilled week's peak needs)",
+    )
     p.add_argument(
         "--window-in",
         type=float,

@@ -17,7 +17,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -25,7 +25,12 @@ from typing import Any
 import yaml
 
 from cluster import procs
-from cluster.launcher import ClusterConfig, LocalCluster, wait_default_service_account
+from cluster.launcher import (
+    ClusterConfig,
+    GpuNodePool,
+    LocalCluster,
+    wait_default_service_account,
+)
 from cluster.objects import gpu_deployment
 from cluster.paths import PROJECT_ROOT, bin_dir
 from cluster.prometheus import SCRAPE_JOB, Prometheus, VllmProfile, vllm_samples
@@ -43,7 +48,7 @@ from prescaler_demo.report import (
     plot,
     prescaler_scores,
 )
-from prescaler_demo.scenario import HOLD_STEPS, Scenario
+from prescaler_demo.scenario import HOLD_STEPS, STANDBY_PLACEHOLDERS, Scenario
 
 CRD_FILE = PROJECT_ROOT / "crds" / f"{PLURAL}.{GROUP}.yaml"
 OPERATOR_ENV = {
@@ -230,9 +235,14 @@ def _run(sc: Scenario, out: Path, stack: Stack, result: Outcome, samples: list[S
 
     heading("2. Local cluster: real kube-apiserver, etcd, scheduler, controllers; kwok GPU nodes")
     t = time.monotonic()
-    cluster = LocalCluster(
-        out / "cluster", ClusterConfig(gpu_ready_delay_s=o.cold_start_seconds), tie_to_parent=True
+    # GPU nodes for the pool at its maximum and its standby placeholders.
+    node = GpuNodePool()
+    nodes = math.ceil((o.max_replicas + STANDBY_PLACEHOLDERS) / node.gpus_per_node)
+    config = ClusterConfig(
+        gpu_ready_delay_s=o.cold_start_seconds,
+        gpu_pools=(replace(node, count=max(node.count, nodes)),),
     )
+    cluster = LocalCluster(out / "cluster", config, tie_to_parent=True)
     stack.cluster = cluster
     cluster.start()
     gpus = sum(p.count * p.gpus_per_node for p in cluster.config.gpu_pools)

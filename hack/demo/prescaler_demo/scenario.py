@@ -51,7 +51,11 @@ class Options:
     minutes: float = 7.0
     seconds_per_step: float = 60.0
     peak_replicas: int = 10
-    max_replicas: int = 16
+    max_replicas: int = 0
+    """The pool's maximum; 0: what the backfilled week's peak needs (at full load, and at
+    least the window's), as a platform team sizes a pool from its traffic. A maximum below
+    that caps the history's replay too: every policy then leaves the same peaks waiting,
+    and what the forecast buys below the cap cannot pay."""
     min_replicas: int = 2
     cold_start_seconds: float = 60.0
     window_in_seconds: float = 360.0
@@ -107,6 +111,9 @@ class Stretch:
         return f"d{int(t // 86_400) + 1} {clock}"
 
 
+STANDBY_PLACEHOLDERS = 2
+"""The pool's standby placeholders at most (``spec.standby.placeholders.maxReplicas``): low
+priority pods that hold GPUs for the next replicas."""
 HOLD_STEPS = 2
 """A ramp is a level that lasts: the highest level held for this many consecutive steps.
 A lone step is a blip, not a ramp (the forecasters' smoothing rightly treats it as noise,
@@ -351,6 +358,7 @@ class Scenario:
             "window_end": _iso(end),
             "window_replicas": o.window_replicas,
             "window_lead_seconds": o.window_lead_seconds,
+            "standby_placeholders": STANDBY_PLACEHOLDERS,
             "seasonality_periods": ", ".join(str(p) for p in self.seasonality_periods()),
             **self.forecast_settings(),
             **self.objective_settings(),
@@ -410,12 +418,16 @@ def build(options: Options) -> Scenario:
     stretch = choose_among(series, steps, lead_steps=lead)
     tokens = token_means(options.trace, trace)
     # Size through the very pool the demo applies (same capacity model as the operator).
-    draft = Scenario(options, stretch, tokens, 1.0, 1.0, 1, 1.0)
+    bound = max(options.max_replicas, options.min_replicas, options.window_replicas)
+    draft = Scenario(replace(options, max_replicas=bound), stretch, tokens, 1.0, 1.0, 1, 1.0)
     spec = parse_spec(yaml.safe_load(draft.pool_yaml("http://prometheus:9090", 0.0))["spec"])
     model = capacity_model(spec)
     replica_rps = model.replica_requests_per_second
     peak = float(np.nanmax(stretch.live_rps))
     scale = options.peak_replicas * replica_rps / peak
+    if options.max_replicas <= 0:
+        needs = math.ceil(float(np.nanmax(stretch.history_rps)) * scale / replica_rps)
+        options = replace(options, max_replicas=max(needs, bound, options.peak_replicas))
     return Scenario(
         options,
         stretch,
