@@ -14,7 +14,11 @@ Each problem is handled explicitly, in this order (:func:`clean_series`):
    ``exp(-λ·step)``. A zero bin whose surrounding level expects at least
    ``gap_zero_min_count`` requests (default 10, so a true zero has probability < 5e-5) is a
    collection gap and becomes NaN (the ServeGen trace has such windows). Zeros in a
-   genuinely quiet series (a few requests per bin) stay zeros.
+   genuinely quiet series (a few requests per bin) stay zeros. The argument holds only
+   where the traffic is steady: a run of zeros is a gap only when the bins on either side
+   of it are nearly all busy (:data:`STEADY_SHARE`). In bursty traffic (batch jobs, bulk
+   orders: heavy bins between empty ones) the empty bins are the quiet between bursts,
+   and masking them would teach the models the bursts without the quiet.
 4. **Short gaps** (at most ``max_fill_seconds``) are filled by linear interpolation between
    their neighbours; longer gaps stay NaN and the models skip them.
 """
@@ -35,6 +39,10 @@ __all__ = [
 ]
 
 FloatArray = np.ndarray
+
+STEADY_SHARE = 0.8
+"""A run of zero bins is a collection gap only where at least this share of the observed
+bins around it (``window`` on either side) carried traffic."""
 
 
 def _check_series(series: pd.Series, what: str = "series") -> pd.Series:
@@ -98,7 +106,8 @@ def mask_collection_gaps(
 
     ``values`` is a regular rate grid; the local level of a zero bin is the median of the
     non-zero values within ``window`` bins on either side (or the nearest such level for
-    long zero runs).
+    long zero runs). A run of zeros is masked only where the ``window`` bins before it and
+    after it were busy (at least :data:`STEADY_SHARE` of those observed non-zero).
     """
     y = np.asarray(values, dtype=float).copy()
     zero = y == 0
@@ -108,8 +117,26 @@ def mask_collection_gaps(
     rolling = nonzero.rolling(2 * window + 1, center=True, min_periods=1).median()
     level = rolling.ffill().bfill().to_numpy()
     gap = zero & np.isfinite(level) & (level * step_seconds >= min_count)
-    y[gap] = np.nan
+    y[gap & _steady_around(y, zero, window)] = np.nan
     return y
+
+
+def _steady_around(y: FloatArray, zero: np.ndarray, window: int) -> np.ndarray:
+    """For each zero bin, whether its run of zeros has busy bins around it: of the observed
+    bins within ``window`` before the run and after it, at least :data:`STEADY_SHARE`
+    non-zero."""
+    n = len(y)
+    busy = np.concatenate(([0], np.cumsum(y > 0)))
+    seen = np.concatenate(([0], np.cumsum(np.isfinite(y))))
+    edges = np.diff(np.concatenate(([0], zero.astype(np.int8), [0])))
+    starts, ends = np.flatnonzero(edges == 1), np.flatnonzero(edges == -1)
+    lo, hi = np.maximum(starts - window, 0), np.minimum(ends + window, n)
+    around_busy = (busy[starts] - busy[lo]) + (busy[hi] - busy[ends])
+    around_seen = (seen[starts] - seen[lo]) + (seen[hi] - seen[ends])
+    steady = (around_seen > 0) & (around_busy >= STEADY_SHARE * around_seen)
+    out = np.zeros(n, dtype=bool)
+    out[zero] = np.repeat(steady, ends - starts)  # the zero bins, run by run
+    return out
 
 
 def series_to_grid(

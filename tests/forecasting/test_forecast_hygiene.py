@@ -64,6 +64,20 @@ def test_zeros_in_a_quiet_series_are_real() -> None:
     assert (masked == rate).all()
 
 
+def test_zeros_between_bursts_are_the_quiet_between_them() -> None:
+    # Bulk orders: a heavy minute now and then, empty minutes between (a wholesale shop).
+    rate = np.zeros(300)
+    rate[::7] = 50.0
+    masked = mask_collection_gaps(rate, 60)
+    assert (masked == rate).all()
+    # The same level, steady: an empty minute in it is a gap, beside the bursty part or not.
+    steady = np.concatenate([rate, np.full(100, 50.0)])
+    steady[350] = 0.0
+    masked = mask_collection_gaps(steady, 60)
+    assert np.isnan(masked[350])
+    assert (masked[:300] == rate).all()
+
+
 def test_zero_gap_run_longer_than_the_window_is_still_masked() -> None:
     rate = np.full(200, 500.0)
     rate[50:120] = 0.0
