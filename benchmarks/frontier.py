@@ -48,7 +48,9 @@ between the ``frontier-headline:begin``/``frontier-headline:end`` markers.
 All are read off the curves by linear interpolation between swept points. The points are
 kept in ``benchmarks/frontier/points.json``; ``--from-points`` rewrites the tables and
 plots from it without replaying. ``--first-halves`` replays the parts the defaults were
-chosen on instead (the first half of each trace; nothing is written).
+chosen on instead (the first half of each trace; nothing is written). ``--default-only
+--points FILE`` replays one trace's HPA curve and default point into FILE; ``--from-points
+--headline --points FILE ...`` writes the headline table from such files.
 """
 
 from __future__ import annotations
@@ -718,6 +720,12 @@ def main() -> int:
         help="replay the references' curves and the default point alone (prints only)",
     )
     parser.add_argument(
+        "--headline",
+        action="store_true",
+        help="with --from-points: rewrite the project README's headline table from the points "
+        "(e.g. several --default-only runs' files, one per trace and cold start)",
+    )
+    parser.add_argument(
         "--points",
         type=Path,
         help=f"the swept points: written by any replay, read by --from-points (default: "
@@ -771,6 +779,10 @@ def main() -> int:
     print(text)
     if not args.no_readme and own:
         write_readme(text, headline_section(results))
+    elif args.headline and args.from_points:
+        replace_section(
+            HEADLINE_BEGIN, HEADLINE_END, headline_section(results), "Benchmarks", PROJECT_README
+        )
     return 0
 
 
