@@ -19,6 +19,7 @@ __all__ = [
     "decay_ratio",
     "log_ratio_band",
     "normal_quantile",
+    "off_curve_level",
     "robust_ratio",
     "rolling_ratio",
     "trailing_mean",
@@ -100,6 +101,34 @@ def robust_ratio(observed: FloatArray, expected: FloatArray) -> float:
     if not ok.any():
         return 1.0
     return float(np.clip(np.median(o[ok] / e[ok]), *RATIO_CLIP))
+
+
+def off_curve_level(observed: FloatArray, expected: FloatArray) -> float | None:
+    """The observed level when a curve cannot explain it, else ``None``.
+
+    The nowcast scales a curve by at most the clip of :func:`robust_ratio` (3x either
+    way). When the median ratio observed / expected over the window lies beyond it, or
+    demand is observed while the curve is at zero, the scaled curve still misses the level
+    it starts from (a trend extrapolated below zero serves zeros to a busy pool): the
+    forecast then holds the observed level (the median of the window's bins). ``None``
+    also when no positive demand is observed (an idle pool keeps the curve's ramp).
+    """
+    o = np.asarray(observed, dtype=float)
+    e = np.asarray(expected, dtype=float)
+    n = min(len(o), len(e))
+    o, e = o[:n], e[:n]
+    seen = np.isfinite(o) & (o >= 0)
+    if not seen.any():
+        return None
+    level = float(np.median(o[seen]))
+    if not level > 0:
+        return None
+    ok = seen & np.isfinite(e) & (e > 0)
+    if not ok.any():
+        return level
+    ratio = float(np.median(o[ok] / e[ok]))
+    lo, hi = RATIO_CLIP
+    return level if not (lo <= ratio <= hi) else None
 
 
 def rolling_ratio(observed: FloatArray, expected: FloatArray, window: int) -> FloatArray:

@@ -12,6 +12,9 @@ median of the per-bin ratios observed / curve over the last ``nowcast_seconds`` 
 (clipped to [1/3, 3]), so a sudden level shift is followed at once, not at the next refit,
 while a burst that has already ended does not hold the forecast up. The correction fades
 over the horizon (``nowcast_decay_seconds``), as a deviation from the seasonal curve does.
+Where the curve misses the observed level by more than that clip (a trend extrapolated to
+zero under a busy pool), the forecast holds the observed level instead. Auto-selection
+scores Prophet through this same function, so it judges the forecast that is served.
 """
 
 from __future__ import annotations
@@ -33,7 +36,12 @@ from prescaler_forecast._baselines import (
     SeasonalNaive,
     SeasonalNaiveWeekly,
 )
-from prescaler_forecast._calibration import NOWCAST_DECAY_SECONDS, decay_ratio, robust_ratio
+from prescaler_forecast._calibration import (
+    NOWCAST_DECAY_SECONDS,
+    decay_ratio,
+    off_curve_level,
+    robust_ratio,
+)
 from prescaler_forecast._hygiene import series_to_grid
 from prescaler_forecast._profile import SeasonalProfile
 from prescaler_forecast._prophet import ProphetForecaster
@@ -271,18 +279,25 @@ def forecast_from_fit(
     mean = fitted.curve[offset : offset + n_points]
     if len(mean) < n_points:
         raise ValueError("the fitted curve does not cover this forecast; refit first")
-    ratio = 1.0
+    ratio, level = 1.0, None
     if fitted.nowcast:
-        ratio = _nowcast_ratio(fitted, start, values, origin)
+        ratio, level = _nowcast(fitted, start, values, origin)
         leads = np.arange(len(mean), dtype=float) * step
-        mean = mean * decay_ratio(ratio, leads, fitted.nowcast_decay_seconds)
+        if level is None:
+            mean = mean * decay_ratio(ratio, leads, fitted.nowcast_decay_seconds)
+        else:
+            mean = np.full(len(mean), level)
     mean, lower, upper = fitted.band.apply(mean)
     points = tuple(
         ForecastPoint(origin + (k + 1) * step, float(m), float(lo), float(hi))
         for k, (m, lo, hi) in enumerate(zip(mean, lower, upper, strict=True))
     )
     if fitted.nowcast and not detail:
-        detail = f"fitted {max(0.0, now - fitted.history_end):.0f} s ago; nowcast x{ratio:.3f}"
+        age = f"fitted {max(0.0, now - fitted.history_end):.0f} s ago"
+        if level is None:
+            detail = f"{age}; nowcast x{ratio:.3f}"
+        else:
+            detail = f"{age}; the curve misses the observed level by over 3x: holds {level:.3g}"
     return Forecast(
         model=fitted.name,
         score=score,
@@ -294,16 +309,21 @@ def forecast_from_fit(
     )
 
 
-def _nowcast_ratio(fitted: FittedModel, start: float, values: FloatArray, origin: float) -> float:
+def _nowcast(
+    fitted: FittedModel, start: float, values: FloatArray, origin: float
+) -> tuple[float, float | None]:
+    """The nowcast ratio at ``origin``, and the observed level to hold instead of the
+    curve when the curve misses it beyond the ratio's clip (else ``None``)."""
     step = fitted.step_seconds
     end_bin = round((origin - start) / step)  # bins [.., end_bin) are observed
     lo_bin = max(0, end_bin - fitted.nowcast_bins)
     observed = np.asarray(values[lo_bin:end_bin], dtype=float)
     c0 = round((start + lo_bin * step - fitted.curve_start) / step)
     if c0 < 0:
-        return 1.0
+        return 1.0, None
     expected = fitted.curve[c0 : c0 + len(observed)]
-    return robust_ratio(observed[: len(expected)], expected)
+    observed = observed[: len(expected)]
+    return robust_ratio(observed, expected), off_curve_level(observed, expected)
 
 
 def fallback_forecast(

@@ -35,6 +35,7 @@ from prescaler_forecast._calibration import (
     NOWCAST_DECAY_SECONDS,
     decay_ratio,
     log_ratio_band,
+    off_curve_level,
     robust_ratio,
     rolling_ratio,
 )
@@ -80,7 +81,8 @@ class ProphetForecaster(Forecaster):
     * :meth:`predict` applies the nowcast correction at the end of the history: the curve
       is scaled by the median of the per-bin ratios observed / fitted over the last
       ``nowcast_seconds`` (burst-proof), fading over the horizon with
-      ``nowcast_decay_seconds``.
+      ``nowcast_decay_seconds``; where the curve misses that level by more than the
+      ratio's clip (3x), the forecast holds the observed level.
     """
 
     name = "prophet"
@@ -117,6 +119,7 @@ class ProphetForecaster(Forecaster):
         self._model: Any = None
         self._regressors: tuple[str, ...] = ()
         self._ratio = 1.0
+        self._level: float | None = None
         self._insample: FloatArray = np.empty(0)
 
     def min_history_seconds(self, step_seconds: float) -> float:
@@ -124,6 +127,19 @@ class ProphetForecaster(Forecaster):
 
     # ------------------------------------------------------------------ fitting
     def _fit(self) -> None:
+        self._fit_prophet()
+        # In-sample curve at the forecast step, for the nowcast and the calibration.
+        y, step, n = self._y, self._step, len(self._y)
+        self._ratio = 1.0
+        back = min(n, _bins(self.calibration_seconds, step) + self._nowcast_bins())
+        self._insample_from = n - back
+        self._insample = self._raw(np.arange(self._insample_from, n))
+        window = self._nowcast_bins()
+        self._ratio = robust_ratio(y[-window:], self._insample[-window:])
+        self._level = off_curve_level(y[-window:], self._insample[-window:])
+
+    def _fit_prophet(self) -> None:
+        """Fit Prophet itself (``self._model``, ``self._regressors``)."""
         _disable_loggers()  # before the import: prophet.plot logs at import time
         from prophet import Prophet  # heavy import, only where a fit happens
 
@@ -179,13 +195,6 @@ class ProphetForecaster(Forecaster):
                 model.add_regressor(name, mode="multiplicative", standardize=False)
             model.fit(frame)
         self._model = model
-        # In-sample curve at the forecast step, for the nowcast and the calibration.
-        self._ratio = 1.0
-        back = min(n, _bins(self.calibration_seconds, step) + self._nowcast_bins())
-        self._insample_from = n - back
-        self._insample = self._raw(np.arange(self._insample_from, n))
-        window = self._nowcast_bins()
-        self._ratio = robust_ratio(y[-window:], self._insample[-window:])
 
     def _nowcast_bins(self) -> int:
         return _bins(self.nowcast_seconds, self._step)
@@ -212,6 +221,8 @@ class ProphetForecaster(Forecaster):
     # ------------------------------------------------------------------ prediction
     def _mean(self, leads: IntArray) -> FloatArray:
         leads = np.asarray(leads, dtype=int)
+        if self._level is not None:  # the curve misses the observed level: hold it
+            return np.full(len(leads), self._level)
         ratio = decay_ratio(self._ratio, (leads - 1) * self._step, self.nowcast_decay_seconds)
         mean: FloatArray = self._raw(len(self._y) - 1 + leads) * ratio
         return mean
