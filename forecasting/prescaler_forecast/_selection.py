@@ -65,7 +65,8 @@ class SelectionConfig:
     """How auto-selection backtests the candidates."""
 
     window_seconds: float = 6 * 3600.0
-    """Longest history span one backtest chunk covers (new evidence per selection)."""
+    """History span one backtest chunk covers (new evidence per selection); a remainder
+    shorter than a quarter of it joins the chunk before it."""
     origins: int = 36
     """Origins per chunk at most (every grid step when the chunk has fewer)."""
     max_expensive_fits: int = 1
@@ -292,14 +293,22 @@ def _decide(
 
 
 def _chunks(first: float, last: float, step: float, width: float) -> list[tuple[float, float]]:
-    """``[first, last]`` cut into grid-aligned pieces of at most ``width`` seconds."""
+    """``[first, last]`` cut into grid-aligned pieces of ``width`` seconds; a remainder
+    shorter than a quarter of that joins the piece before it.
+
+    A selection is due ``reselect_seconds`` after the last, so the new history is usually
+    a little longer than one window: without the merge a few minutes of it became a chunk
+    of their own, with a Prophet fit of its own for one or two origins."""
     lo = math.ceil(first / step - 1e-9) * step
     hi = math.floor(last / step + 1e-9) * step
+    width = max(step, width)
     out: list[tuple[float, float]] = []
     while lo <= hi + 1e-6:
-        end = min(hi, lo + max(step, width) - step)
+        end = min(hi, lo + width - step)
         out.append((lo, end))
         lo = end + step
+    if len(out) > 1 and out[-1][1] - out[-1][0] + step < width / 4 - 1e-6:
+        out[-2:] = [(out[-2][0], out[-1][1])]
     return out
 
 

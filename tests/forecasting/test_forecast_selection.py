@@ -17,7 +17,7 @@ from prescaler_forecast import (
     select_model,
     series_to_grid,
 )
-from prescaler_forecast._selection import paired_t
+from prescaler_forecast._selection import _chunks, paired_t
 
 DAY = 86_400.0
 T0 = 1_704_067_200.0
@@ -276,3 +276,18 @@ def test_weighted_paired_t_counts_recent_chunks_more() -> None:
     d = a[30:] - b[30:]
     direct = d.mean() / (d.std(ddof=1) / math.sqrt(len(d)))
     assert paired_t(halves, "recent_trend", "seasonal_naive", [0.0, 0.7]) == pytest.approx(direct)
+
+
+def test_a_remainder_of_a_few_steps_joins_the_chunk_before_it() -> None:
+    """New history a little longer than one window is one chunk (one Prophet fit), not a
+    window plus a chunk of a few origins with a fit of its own."""
+    window = 6 * 3600.0
+    step = 60.0
+    lo = T0
+    pieces = _chunks(lo, lo + window + 3 * step, step, window)
+    assert pieces == [(lo, lo + window + 3 * step)]
+    # A remainder of a quarter window or more stays a chunk of its own.
+    pieces = _chunks(lo, lo + window + window / 4, step, window)
+    assert pieces == [(lo, lo + window - step), (lo + window, lo + window + window / 4)]
+    # The first selection's 48 hours: eight windows.
+    assert len(_chunks(lo, lo + 8 * window - step, step, window)) == 8
