@@ -97,6 +97,8 @@ class Outcome:
     measured_cold_start: float | None = None
     forecast_model: str | None = None
     risk_calibrated: str | None = None
+    policy: str | None = None
+    """The policy in force at the end, who chose it and why (``status.policy``)."""
     """The pool's RiskCalibrated condition at the end: reason and message."""
     prescaler_unserved: float | None = None
     prescaler_gpu_hours: float | None = None
@@ -445,6 +447,11 @@ def _with_api(
     if calibrated is not None:
         result.risk_calibrated = f"{calibrated.get('reason')}: {calibrated.get('message')}"
         say(f"   risk margin: {result.risk_calibrated}")
+    policy = status.get("policy") or {}
+    if policy:
+        chosen = f"{policy.get('inForce')} ({policy.get('chosenBy')})"
+        result.policy = f"{chosen}: {policy.get('reason')}"
+        say(f"   policy: {result.policy}")
     _report(sc, out, result, samples, start)
 
 
