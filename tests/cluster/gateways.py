@@ -107,6 +107,7 @@ events {{ worker_connections 4096; }}
 http {{
     access_log off;
     default_type text/plain;
+    keepalive_requests 1000000;
     client_body_temp_path {tmp}/body;
     proxy_temp_path {tmp}/proxy;
     fastcgi_temp_path {tmp}/fastcgi;
