@@ -9,15 +9,19 @@ ConfigMap's exact ``Retry-After``, let ``interactive`` through, answer 413 to a 
 above the cap, let everything through once the level falls, and, with ``prescaler admit``
 stopped, let every request through with none lost or left hanging.
 
-The operator's own ConfigMap drives the rise; the later changes (a cap, the fall, another
-contract) are written to the ConfigMap directly, which is what a gateway sees either way.
+``prescaler admit`` acts as the chart's ServiceAccount for it, and the audit log shows it
+only listed and watched ConfigMaps. The operator's own ConfigMap drives the rise; the
+later changes (a cap, the fall, another contract) are written to the ConfigMap directly,
+which is what a gateway sees either way.
 The operator never touches the Inference Extension's ``InferencePool`` of the same name:
-the API server's audit log holds every call it made.
+the API server's audit log holds every call it made. Last, the chart installs beside the
+Inference Extension's CRDs with ``admission.enabled``.
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
 import subprocess
 import sys
 import time
@@ -39,8 +43,8 @@ from cluster.fake_engine import FakeEngine
 from cluster.gateways import Gateway
 from cluster.launcher import LocalCluster
 from cluster.objects import gpu_deployment
-from cluster.paths import bin_dir, gie_crds_dir
-from integration.chart_rbac import audit_calls, chart_identity
+from cluster.paths import PROJECT_ROOT, bin_dir, gie_crds_dir
+from integration.chart_rbac import admission_identity, audit_calls, chart_identity
 from integration.history_world import (  # noqa: F401 (fixtures)
     LIVE_RECENT_MEAN,
     HistoryWorld,
@@ -107,13 +111,13 @@ def install_gie_crds(api: Any) -> list[str]:
 
 
 @contextlib.contextmanager
-def admit_process(cluster: LocalCluster, namespace: str, directory: Path) -> Iterator[procs.Proc]:
-    """``prescaler admit`` serving ``namespace``, until it reports ready."""
+def admit_process(namespace: str, kubeconfig: Path, directory: Path) -> Iterator[procs.Proc]:
+    """``prescaler admit`` serving ``namespace`` as ``kubeconfig``'s user, once ready."""
     directory.mkdir(parents=True, exist_ok=True)
     port, metrics_port = procs.free_port(), procs.free_port()
     argv = [sys.executable, "-m", "prescaler.cli", "admit", "--namespace", namespace,
             "--host", "127.0.0.1", "--port", str(port), "--metrics-port", str(metrics_port),
-            "--kubeconfig", str(cluster.kubeconfig)]  # fmt: skip
+            "--kubeconfig", str(kubeconfig)]  # fmt: skip
     proc = procs.start("prescaler-admit", argv, directory, tie_to_parent=True)
     try:
 
@@ -194,8 +198,9 @@ def test_nginx_and_caddy_enforce_the_pools_policy_and_fail_open(
         return reply
 
     with (
+        admission_identity(cluster, namespace, tmp_path) as admit_identity,
         FakeEngine() as engine,
-        admit_process(cluster, namespace, tmp_path / "admit") as admit,
+        admit_process(namespace, admit_identity.kubeconfig, tmp_path / "admit") as admit,
     ):
         port, metrics_port = admit.ports  # type: ignore[attr-defined]
         where = {"admit_port": port, "engine_port": engine.port, "pool": f"{namespace}/chat"}
@@ -219,6 +224,10 @@ def test_nginx_and_caddy_enforce_the_pools_policy_and_fail_open(
                     )  # fmt: skip
                     data = config_map()
                     assert data["shedLanes"] == "batch"
+                    degradation = wait_for(
+                        lambda: k.status("chat").get("degradation"), 60, "the pool's status"
+                    )
+                    assert "forecastShortfall" in degradation["raisedBy"], degradation
                     for g in gateways:
                         # Retry-After counts down to the next replica at each reconcile:
                         # the answer is the ConfigMap's value from just before or after.
@@ -249,7 +258,8 @@ def test_nginx_and_caddy_enforce_the_pools_policy_and_fail_open(
                     return str(exc.headers["x-prescaler-outcome"])
 
             write(level="critical", retryAfterSeconds="37", maxContextTokens="4096",
-                  shedLanes="batch")  # fmt: skip
+                  shedLanes="batch", smallerModelRoute="llama-8b",
+                  smallerModelMaxPromptTokens="1024")  # fmt: skip
             wait_for(lambda: check(**{"x-priority-lane": "interactive",
                                       "x-context-tokens": "5000"}) == "too_long",
                      60, "prescaler admit to see the cap")  # fmt: skip
@@ -266,12 +276,19 @@ def test_nginx_and_caddy_enforce_the_pools_policy_and_fail_open(
                 assert estimated.status == 413, (g.name, estimated)
                 assert "about 5004 tokens" in estimated.body
                 assert through(g, "interactive", **{"x-context-tokens": "4096"}).status == 200
+                # A short request may go to the smaller model: the engine is told its route.
+                seen = len(engine.completions())
+                short = through(g, "interactive", **{"x-prompt-tokens": "100"})
+                assert short.status == 200, (g.name, short)
+                routed = engine.completions()[seen:]
+                assert [r.headers.get("x-prescaler-route") for r in routed] == ["llama-8b"]
                 # A malformed context header is not the policy's to refuse.
                 bad = through(g, "interactive", **{"x-context-tokens": "lots"})
                 assert bad.status == 200, (g.name, bad)
 
             # The level falls: everything passes.
-            write(level="normal", retryAfterSeconds="", maxContextTokens="", shedLanes="")
+            write(level="normal", retryAfterSeconds="", maxContextTokens="", shedLanes="",
+                  smallerModelRoute="", smallerModelMaxPromptTokens="")  # fmt: skip
             wait_for(lambda: check(**{"x-priority-lane": "batch"}) == "admitted", 60,
                      "prescaler admit to see normal")  # fmt: skip
             for g in gateways:
@@ -304,6 +321,14 @@ def test_nginx_and_caddy_enforce_the_pools_policy_and_fail_open(
 
         # Nothing lost: every 200 reached the engine, and nothing else did.
         assert len(engine.completions()) == admitted
+        # prescaler admit, as the chart runs it, only listed and watched ConfigMaps.
+        admit_calls = audit_calls(cluster, admit_identity.user)
+        assert admit_calls, "the audit log has none of prescaler admit's calls"
+        assert {c.grant for c in admit_calls} == {
+            ("", "configmaps", "list"),
+            ("", "configmaps", "watch"),
+        }, admit_calls
+        assert not [c for c in admit_calls if c.forbidden_by_rbac]
 
     # Each pool is addressed by its own resource: the short name, or the full name.
     assert kubectl(cluster, "get", "ppool", "-n", namespace, "-o", "name").split() == [
@@ -323,6 +348,50 @@ def test_nginx_and_caddy_enforce_the_pools_policy_and_fail_open(
     finally:
         api.close()
     assert now_gie["metadata"]["resourceVersion"] == gie_pool["metadata"]["resourceVersion"]
+
+    # The chart installs beside the Inference Extension's CRDs, prescaler admit included.
+    with helm_installed(cluster, namespace, tmp_path / "helm") as release:
+        api = cluster.api_client()
+        try:
+            apps: Any = client.AppsV1Api(api)
+            admission = apps.read_namespaced_deployment(f"{release}-admission", namespace)
+            assert admission.spec.replicas == 2
+            core: Any = client.CoreV1Api(api)
+            service = core.read_namespaced_service(f"{release}-admission", namespace)
+            assert [p.port for p in service.spec.ports] == [8081]
+            policy: Any = client.PolicyV1Api(api)
+            assert policy.read_namespaced_pod_disruption_budget(f"{release}-admission", namespace)
+        finally:
+            api.close()
+
+
+@contextlib.contextmanager
+def helm_installed(cluster: LocalCluster, namespace: str, home: Path) -> Iterator[str]:
+    """``helm install`` of the chart in ``namespace`` with ``admission.enabled``, watching
+    that namespace; yields the release's fullname; uninstalls."""
+    release = f"p-{namespace}"
+    env = {
+        **os.environ,
+        "KUBECONFIG": str(cluster.kubeconfig),
+        "HELM_CACHE_HOME": str(home / "cache"),
+        "HELM_CONFIG_HOME": str(home / "config"),
+        "HELM_DATA_HOME": str(home / "data"),
+    }
+
+    def helm(*args: str) -> None:
+        argv = [str(bin_dir() / "helm"), *args, "--namespace", namespace]
+        out = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=600,
+                             check=False)  # fmt: skip
+        assert out.returncode == 0, out.stderr
+
+    helm("install", release, str(PROJECT_ROOT / "charts" / "prescaler"),
+         "--set", f"fullnameOverride={release}", "--set", "admission.enabled=true",
+         "--set-json", f'watch.namespaces=["{namespace}"]',
+         "--set", "placeholderPriorityClass.create=false", "--timeout", "5m")  # fmt: skip
+    try:
+        yield release
+    finally:
+        helm("uninstall", release, "--wait")
 
 
 def _exists(k: Any, name: str) -> bool:
