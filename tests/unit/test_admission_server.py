@@ -122,3 +122,21 @@ def test_the_http_answers_and_their_metrics() -> None:
     unknown = {"pool": "-", "lane": "-", "outcome": "open_unknown_pool"}
     assert value("prescaler_admission_checks_total", unknown) == 1
     assert value("prescaler_admission_check_seconds_count") == 6
+
+
+def test_client_text_never_mints_unbounded_lane_labels() -> None:
+    policies = Policies(("a",))
+    policies.deliver("a", Listed((config_map("a", "chat", **CRITICAL),), False))
+    metrics = AdmissionMetrics()
+    admission = Admission(policies, Routes.parse([]), metrics)
+    for i in range(100):
+        admission.answer({"x-prescaler-pool": "a/chat", "x-priority-lane": f"lane-{i}"})
+    admission.answer({"x-prescaler-pool": "a/chat", "x-priority-lane": "Not A Lane\r\n"})
+    lanes = {
+        s.labels["lane"]
+        for m in metrics.registry.collect()
+        for s in m.samples
+        if s.name == "prescaler_admission_checks_total" and s.labels.get("pool") == "a/chat"
+    }
+    assert len(lanes) == 17
+    assert "other" in lanes

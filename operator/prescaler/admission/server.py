@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -57,6 +58,9 @@ SELECTOR = f"{ROLE_LABEL}={ROLE_DEGRADATION}"
 LATENCY_BUCKETS = (0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.05, 0.25)
 LOGGED_ONCE_LIMIT = 10_000
 """The most distinct fail-open reasons remembered (each is logged once)."""
+MAX_LANES = 16
+"""The most lane names a process counts by name (pools declare a few)."""
+_LANE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 NO_POOL = "-"
 """The ``pool`` label of a check that named no pool (and of one for a pool unknown here,
 so client text never mints label values)."""
@@ -197,6 +201,7 @@ class Admission:
     routes: Routes
     metrics: AdmissionMetrics
     _logged: set[tuple[str, str]] = field(default_factory=set)
+    _lanes: set[str] = field(default_factory=set)
 
     def answer(self, headers: Mapping[str, str], path_tail: str | None = None) -> Answer:
         check = read_check(headers, self.routes)
@@ -206,11 +211,24 @@ class Admission:
         if check.pool is not None:
             full, policy = self.policies.find(check.pool)
         answer = decide(policy, check)
-        lanes = ("-" if check.lane is None else check.lane) if full is not None else "-"
-        self.metrics.checks.labels(full or NO_POOL, shown(lanes, 32), answer.outcome).inc()
+        lane = self._lane_label(check.lane) if full is not None else "-"
+        self.metrics.checks.labels(full or NO_POOL, lane, answer.outcome).inc()
         if answer.fail_open:
             self._log_once(full or shown(check.pool or NO_POOL), answer)
         return answer
+
+    def _lane_label(self, lane: str | None) -> str:
+        """The ``lane`` label: ``-`` for none, the lane while at most :data:`MAX_LANES`
+        plain names have been seen, else ``other`` (client text never mints unbounded
+        label values)."""
+        if lane is None:
+            return "-"
+        if lane in self._lanes:
+            return lane
+        if len(self._lanes) < MAX_LANES and _LANE.match(lane):
+            self._lanes.add(lane)
+            return lane
+        return "other"
 
     def _log_once(self, pool: str, answer: Answer) -> None:
         key = (pool, answer.reason)
