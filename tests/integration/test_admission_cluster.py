@@ -10,7 +10,9 @@ above the cap, let everything through once the level falls, and, with ``prescale
 stopped, let every request through with none lost or left hanging.
 
 ``prescaler admit`` acts as the chart's ServiceAccount for it, and the audit log shows it
-only listed and watched ConfigMaps. The operator's own ConfigMap drives the rise; the
+only listed and watched ConfigMaps. A second one reads through a fault proxy that answers
+its first watch with ``410 Gone`` and cuts the next: it must list again, resume, and agree
+with the first on every check. The operator's own ConfigMap drives the rise; the
 later changes (a cap, the fall, another contract) are written to the ConfigMap directly,
 which is what a gateway sees either way.
 The operator never touches the Inference Extension's ``InferencePool`` of the same name:
@@ -39,6 +41,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from cluster import procs
+from cluster.apiproxy import ApiProxy, Rule
 from cluster.fake_engine import FakeEngine
 from cluster.gateways import Gateway
 from cluster.launcher import LocalCluster
@@ -140,7 +143,7 @@ def kubectl(cluster: LocalCluster, *args: str) -> str:
 
 
 def test_nginx_and_caddy_enforce_the_pools_policy_and_fail_open(
-    world: HistoryWorld, tmp_path: Path
+    world: HistoryWorld, tmp_path: Path, api_proxy: ApiProxy
 ) -> None:
     k, namespace, cluster = world.kube, world.namespace, world.cluster
     api = cluster.api_client()
@@ -197,12 +200,18 @@ def test_nginx_and_caddy_enforce_the_pools_policy_and_fail_open(
         admitted += reply.status == 200
         return reply
 
+    # A second prescaler admit reads through a proxy that answers its first watch with
+    # 410 Gone (it must list again) and cuts the next one after 2 s (it must resume).
+    gone = api_proxy.add(Rule("GET", r"/configmaps$", action="gone", watch=True))
+    cut = api_proxy.add(Rule("GET", r"/configmaps$", action="drop", watch=True, drop_after=2.0))
     with (
         admission_identity(cluster, namespace, tmp_path) as admit_identity,
         FakeEngine() as engine,
         admit_process(namespace, admit_identity.kubeconfig, tmp_path / "admit") as admit,
+        admit_process(namespace, api_proxy.kubeconfig, tmp_path / "admit-2") as faulted,
     ):
         port, metrics_port = admit.ports  # type: ignore[attr-defined]
+        faulted_port = faulted.ports[0]  # type: ignore[attr-defined]
         where = {"admit_port": port, "engine_port": engine.port, "pool": f"{namespace}/chat"}
         with (
             Gateway.nginx(tmp_path / "nginx", **where) as nginx,
@@ -246,9 +255,9 @@ def test_nginx_and_caddy_enforce_the_pools_policy_and_fail_open(
             def write(**values: str) -> None:
                 k.core.patch_namespaced_config_map(cm_name, namespace, {"data": values})
 
-            def check(**headers: str) -> str:
+            def outcome(at: int, headers: dict[str, str]) -> str:
                 request = urllib.request.Request(
-                    f"http://127.0.0.1:{port}/check",
+                    f"http://127.0.0.1:{at}/check",
                     headers={"x-prescaler-pool": f"{namespace}/chat", **headers},
                 )
                 try:
@@ -256,6 +265,11 @@ def test_nginx_and_caddy_enforce_the_pools_policy_and_fail_open(
                         return str(answer.headers["x-prescaler-outcome"])
                 except urllib.error.HTTPError as exc:
                     return str(exc.headers["x-prescaler-outcome"])
+
+            def check(**headers: str) -> str:
+                """The check's outcome, once both prescaler admits agree on it."""
+                seen = {outcome(at, headers) for at in (port, faulted_port)}
+                return seen.pop() if len(seen) == 1 else f"disagree: {seen}"
 
             write(level="critical", retryAfterSeconds="37", maxContextTokens="4096",
                   shedLanes="batch", smallerModelRoute="llama-8b",
@@ -307,6 +321,13 @@ def test_nginx_and_caddy_enforce_the_pools_policy_and_fail_open(
             wait_for(lambda: check(**{"x-priority-lane": "batch"}) == "shed", 60,
                      "prescaler admit to shed again")  # fmt: skip
             assert through(nginx, "batch").status == 503
+
+            # The faulted prescaler admit listed again after 410 Gone, resumed after the
+            # cut, and followed every write above.
+            assert (gone.fired, cut.fired) == (1, 1)
+            lists = [x for x in api_proxy.seen() if x.path.endswith("/configmaps")
+                     and "watch=" not in x.query]  # fmt: skip
+            assert len(lists) >= 2, lists
 
             # prescaler admit stopped: both gateways let every request through, none hangs.
             admit.stop()
