@@ -7,7 +7,7 @@ process watching that ConfigMap, and NGINX and Caddy configured as ``docs/degrad
 shows, in front of the fake engine. Both gateways must shed ``batch`` with 503 and the
 ConfigMap's exact ``Retry-After``, let ``interactive`` through, answer 413 to a context
 above the cap, let everything through once the level falls, and, with ``prescaler admit``
-stopped, let every request through with none lost or left hanging.
+hung or stopped, let every request through with none lost or left hanging.
 
 ``prescaler admit`` acts as the chart's ServiceAccount for it, and the audit log shows it
 only listed and watched ConfigMaps. A second one reads through a fault proxy that answers
@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -328,6 +329,20 @@ def test_nginx_and_caddy_enforce_the_pools_policy_and_fail_open(
             lists = [x for x in api_proxy.seen() if x.path.endswith("/configmaps")
                      and "watch=" not in x.query]  # fmt: skip
             assert len(lists) >= 2, lists
+
+            # prescaler admit hung (stopped by SIGSTOP: it accepts connections and never
+            # answers): both gateways give up on the check after its timeout and let the
+            # requests through.
+            os.kill(admit.pid, signal.SIGSTOP)
+            try:
+                with ThreadPoolExecutor(4) as pool:
+                    hung = {g.name: list(pool.map(lambda lane, g=g: through(g, lane),
+                                                  ["batch", "interactive"] * 2))
+                            for g in gateways}  # fmt: skip
+            finally:
+                os.kill(admit.pid, signal.SIGCONT)
+            for name, got in hung.items():
+                assert [r.status for r in got] == [200] * 4, (name, got)
 
             # prescaler admit stopped: both gateways let every request through, none hangs.
             admit.stop()
