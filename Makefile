@@ -13,7 +13,7 @@ PYTEST_WORKERS ?= 4
 PYTEST_PARALLEL := -n $(PYTEST_WORKERS) --dist load --maxschedchunk 1
 
 .PHONY: help venv lint typecheck importlint quality unit test test-stress demo crds proto
-.PHONY: cluster-bin prometheus-bin cluster-up cluster-down cluster-status
+.PHONY: cluster-bin prometheus-bin nginx-bin cluster-up cluster-down cluster-status
 
 help:
 	@echo "make test   - quality gates (ruff, mypy --strict, import-linter, hadolint) then the whole pytest suite ($(PYTEST_WORKERS) workers; slowest 15 printed)"
@@ -24,6 +24,7 @@ help:
 	@echo "make proto  - regenerate the KEDA external-scaler gRPC modules from the vendored proto"
 	@echo "make cluster-bin    - build the local cluster's binaries (cached; cold build is slow)"
 	@echo "make prometheus-bin - install Debian's prometheus/promtool if missing"
+	@echo "make nginx-bin      - install Debian's nginx if missing (the admission tests' gateway)"
 	@echo "make cluster-up     - start a local cluster (kubeconfig: out/cluster/kubeconfig)"
 	@echo "make cluster-down   - stop it (by PID)"
 
@@ -55,7 +56,7 @@ quality: lint typecheck importlint dockerlint
 unit: venv
 	$(BIN)/pytest -q tests/unit -m "not slow"
 
-test: quality cluster-bin prometheus-bin
+test: quality cluster-bin prometheus-bin nginx-bin
 	@echo "make test: quality gates passed, pytest starts at $$(date +%T)"
 	$(BIN)/pytest -q $(PYTEST_PARALLEL) --durations=15
 
@@ -82,6 +83,9 @@ cluster-bin:
 
 prometheus-bin:
 	@bash hack/cluster/install-prometheus.sh
+
+nginx-bin:
+	@bash hack/cluster/install-nginx.sh
 
 cluster-up: venv cluster-bin
 	@$(CLUSTER_PY) up

@@ -9,7 +9,7 @@
 #
 # Usage: hack/cluster/build.sh [--check] [NAME...]   (--check: exit 1 if anything is stale;
 # NAMEs: build only those binaries, e.g. what the demo needs first; KEDA's CRDs come with
-# keda-operator)
+# keda-operator, the Gateway API Inference Extension's CRDs with kube-apiserver)
 set -euo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -50,6 +50,7 @@ TARGETS=(
     "helm|helm|helm.sh/helm/v3/cmd/helm"
     "keda-operator|keda|github.com/kedacore/keda/v2/cmd/operator"
     "keda-adapter|keda|github.com/kedacore/keda/v2/cmd/adapter"
+    "caddy|caddy|github.com/caddyserver/caddy/v2/cmd/caddy"
 )
 
 GO_VERSION="$(go env GOVERSION)"
@@ -139,13 +140,27 @@ if [[ " ${TARGETS[*]%%|*} " != *" keda-operator "* ]]; then
     keda_crds_stale=0  # not asked for
 fi
 
-if [[ ${#stale[@]} -eq 0 && $keda_crds_stale -eq 0 ]]; then
+# The Gateway API Inference Extension's CRDs (config/crd/bases of the pinned module, no
+# build): the tests install them beside prescaler's, in every cluster that needs them.
+GIE_CRDS="$CACHE/gie/crds"
+gie_crds_want="$(stamp_for gie "crds=config/crd/bases/*.yaml")"
+gie_crds_stale=1
+if [[ "$(cat "$STAMPS/gie-crds" 2>/dev/null)" == "$gie_crds_want" ]] \
+    && compgen -G "$GIE_CRDS/*.yaml" >/dev/null; then
+    gie_crds_stale=0
+fi
+if [[ " ${TARGETS[*]%%|*} " != *" kube-apiserver "* ]]; then
+    gie_crds_stale=0  # not asked for
+fi
+
+if [[ ${#stale[@]} -eq 0 && $keda_crds_stale -eq 0 && $gie_crds_stale -eq 0 ]]; then
     echo "cluster-bin: all ${#TARGETS[@]} binaries are up to date in $BIN"
     exit 0
 fi
 if [[ $CHECK_ONLY -eq 1 ]]; then
     names=("${stale[@]%%|*}")
     if [[ $keda_crds_stale -eq 1 ]]; then names+=("keda-crds"); fi
+    if [[ $gie_crds_stale -eq 1 ]]; then names+=("gie-crds"); fi
     echo "cluster-bin: stale: ${names[*]}" >&2
     exit 1
 fi
@@ -161,6 +176,18 @@ if [[ $keda_crds_stale -eq 1 ]]; then
     mv "$KEDA_CRDS.tmp" "$KEDA_CRDS"
     echo "$keda_crds_want" >"$STAMPS/keda-crds"
     echo "cluster-bin: KEDA's CRDs copied into $KEDA_CRDS"
+fi
+if [[ $gie_crds_stale -eq 1 ]]; then
+    src="$(cd "$TOOLS/gie" && go mod download sigs.k8s.io/gateway-api-inference-extension \
+        && go list -m -f '{{.Dir}}' sigs.k8s.io/gateway-api-inference-extension)/config/crd/bases"
+    rm -rf "$GIE_CRDS.tmp"
+    mkdir -p "$GIE_CRDS.tmp"
+    cp "$src"/*.yaml "$GIE_CRDS.tmp/"
+    chmod u+w "$GIE_CRDS.tmp"/*.yaml
+    rm -rf "$GIE_CRDS"
+    mv "$GIE_CRDS.tmp" "$GIE_CRDS"
+    echo "$gie_crds_want" >"$STAMPS/gie-crds"
+    echo "cluster-bin: the Gateway API Inference Extension's CRDs copied into $GIE_CRDS"
 fi
 if [[ ${#stale[@]} -eq 0 ]]; then
     exit 0

@@ -61,6 +61,8 @@ class Received:
     """The parsed JSON body (``None`` if none)."""
     at: float
     """When it arrived (Unix seconds)."""
+    headers: Mapping[str, str] = field(default_factory=dict)
+    """Its headers, names in lower case."""
 
 
 @dataclass
@@ -104,7 +106,9 @@ def _handler(state: _State) -> type[BaseHTTPRequestHandler]:
         def _record(self, body: Any) -> str:
             local = self._local()
             with state.lock:
-                state.received.append(Received(local, self.command, self.path, body, time.time()))
+                headers = {k.lower(): v for k, v in self.headers.items()}
+                received = Received(local, self.command, self.path, body, time.time(), headers)
+                state.received.append(received)
             return local
 
         def _allowed(self) -> bool:

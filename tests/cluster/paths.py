@@ -27,6 +27,12 @@ def keda_crds_dir() -> Path:
     return cache_dir() / "keda" / "crds"
 
 
+def gie_crds_dir() -> Path:
+    """The Gateway API Inference Extension's CRDs, copied from its pinned module by
+    ``make cluster-bin``."""
+    return cache_dir() / "gie" / "crds"
+
+
 class MissingBinaryError(RuntimeError):
     """A harness binary is not built or installed."""
 

@@ -8,6 +8,9 @@ that ServiceAccount with a TokenRequest-issued token (what the pod's projected t
 is), the rendered RBAC objects and the audit user name. Cluster-scoped RBAC objects are
 deleted afterwards (the namespaced ones go with the namespace).
 
+``admission_identity(cluster, namespace, tmp_dir)`` does the same for ``prescaler admit``
+(``admission.enabled``): its own ServiceAccount, Role and RoleBinding.
+
 ``audit_calls(cluster, user)`` reads what that user asked the API server, from the
 cluster's audit log; ``granted(objects)`` expands the rendered rules.
 """
@@ -205,4 +208,41 @@ def chart_identity(
     finally:
         for obj in objects:
             _delete_cluster_rbac(api, obj)
+        api.close()
+
+
+@contextmanager
+def admission_identity(
+    cluster: LocalCluster, namespace: str, tmp_dir: Path
+) -> Iterator[ChartIdentity]:
+    """The chart's ``prescaler admit`` identity for release ``namespace`` in ``namespace``
+    (``admission.enabled``, watching that namespace): its ServiceAccount, Role and
+    RoleBinding applied; yields a kubeconfig acting as that ServiceAccount."""
+    settings = {"watch.namespaces": [namespace], "admission.enabled": True}
+    api = cluster.api_client()
+    try:
+        version = client.VersionApi(api).get_code().git_version.lstrip("v")
+        rendered = helm_template(namespace, namespace, settings, kube_version=version)
+        objects = [
+            o
+            for o in rendered
+            if o["kind"] in APPLIED_KINDS
+            and (o["metadata"].get("labels") or {}).get("app.kubernetes.io/component")
+            == "admission"
+        ]
+        (account,) = [o for o in objects if o["kind"] == "ServiceAccount"]
+        sa_name = account["metadata"]["name"]
+        for obj in objects:
+            _apply(api, obj, namespace)
+        core: Any = client.CoreV1Api(api)
+        token = core.create_namespaced_service_account_token(
+            sa_name, namespace, {"spec": {"expirationSeconds": 3600}}
+        ).status.token
+        yield ChartIdentity(
+            kubeconfig=_sa_kubeconfig(cluster, token, tmp_dir / "admission.kubeconfig"),
+            user=f"system:serviceaccount:{namespace}:{sa_name}",
+            objects=objects,
+            lease_name="",
+        )
+    finally:
         api.close()

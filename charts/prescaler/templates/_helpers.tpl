@@ -84,3 +84,10 @@ one Lease per shard and one per member slot (operator/prescaler/sharding.py leas
 {{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) }}
 {{- end }}
 {{- end }}
+
+{{/* The labels that select the admission pods (prescaler admit), never the operator's. */}}
+{{- define "prescaler.admissionSelectorLabels" -}}
+app.kubernetes.io/name: {{ include "prescaler.name" . }}-admission
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: admission
+{{- end }}

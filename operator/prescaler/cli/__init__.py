@@ -1,4 +1,4 @@
-"""The ``prescaler`` command line: ``plan``, ``forecast``, ``backtest`` and ``run``.
+"""The ``prescaler`` command line: ``plan``, ``forecast``, ``backtest``, ``run`` and ``admit``.
 
 Each subcommand lives in its own module that exposes ``register(subparsers)``; the module
 sets ``func`` on its parser. Subcommand modules import heavy dependencies (Prophet, kopf,
@@ -21,7 +21,7 @@ from prescaler.cli._common import ArgumentParser, CliError
 __all__ = ["CliError", "build_parser", "main"]
 
 # Subcommand modules, in help order. A module that is not there yet is skipped.
-_SUBCOMMANDS = ("plan", "forecast", "backtest", "run")
+_SUBCOMMANDS = ("plan", "forecast", "backtest", "run", "admit")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -13,6 +13,8 @@ import json
 from collections.abc import Mapping
 from dataclasses import replace
 
+from prescaler.admission import CONFIG_MAP_KEYS as CONFIG_MAP_KEYS
+from prescaler.admission import CONTRACT as CONTRACT
 from prescaler.api import (
     AdmissionStatus,
     DegradationStatus,
@@ -33,24 +35,6 @@ from prescaler.planning import (
     Signals,
     assess,
 )
-
-CONTRACT = "prescaler.io/degradation/v1"
-"""The ConfigMap format's name and version (key ``contract``)."""
-CONFIG_MAP_KEYS = (
-    "contract",
-    "pool",
-    "level",
-    "since",
-    "queueDepthLimit",
-    "retryAfterSeconds",
-    "maxContextTokens",
-    "shedLanes",
-    "smallerModelRoute",
-    "smallerModelMaxPromptTokens",
-    "reasons",
-)
-"""Every key of the ConfigMap, always present (``docs/degradation.md`` says what each
-means to a client)."""
 
 
 def config_map_name(pool: str) -> str:
