@@ -10,11 +10,8 @@ that lies best against the HPA's curve on that demand:
   curve: its ratio is 1 by definition.
 * The forecast is chosen with a clear margin below the curve (ratio at most
   ``1 - margin``); within the margin of it, the cheaper of the two by GPU-hours; beyond
-  it, the reactive policy (:func:`judge`). A forecast a little dearer than the HPA at its
-  dearest target (at most ``margin`` more GPU-hours) is read on the curve extended along
-  its last segment: the HPA's curve flattens as it gets dearer (each replica buys less),
-  so it lies above that line, and the ratio read there is at most the true one. Dearer
-  still, no reading of the curve stands: the reactive policy.
+  it, or dearer than the HPA at its dearest target (beyond its whole curve, where no
+  reading of the curve stands), the reactive policy (:func:`judge`).
 * The first verdict (from the history a new pool replays) is taken at once. Later ones
   (a daily re-check) weigh the day pooled with the days before it (about three count),
   and switch only when the other candidate wins on ``days`` checks in a row
@@ -124,19 +121,18 @@ def frontier_ratio(
     unserved: float, gpu_hours: float, curve: Sequence[tuple[float, float]]
 ) -> float | None:
     """``unserved`` over the HPA curve's unserved at ``gpu_hours`` (linear between its
-    points). A plan cheaper than the HPA's cheapest point is held to what that point
-    leaves waiting. One dearer than its dearest is read on the curve's last segment
-    extended (never above the dearest point's waiting, never below zero): the curve,
-    flattening, lies above that line, so the ratio is at most the true one. ``None`` where
-    both leave less than :data:`NEGLIGIBLE_WAITING`; ``inf`` where the curve leaves
-    nothing and ``unserved`` is more than that."""
+    points). Past either end of the curve the end's value stands: a plan dearer than the
+    HPA's dearest point is held to what that point leaves waiting, one cheaper than its
+    cheapest to what that one leaves. ``None`` where both leave less than
+    :data:`NEGLIGIBLE_WAITING`; ``inf`` where the curve leaves nothing and ``unserved``
+    is more than that."""
     points = sorted(curve)
     xs = [x for x, _ in points]
     ys = [y for _, y in points]
     if gpu_hours <= xs[0]:
         on_curve = ys[0]
     elif gpu_hours >= xs[-1]:
-        on_curve = _extended(xs, ys, gpu_hours)
+        on_curve = ys[-1]
     else:
         i = next(k for k in range(1, len(xs)) if xs[k] >= gpu_hours)
         span = xs[i] - xs[i - 1]
@@ -147,17 +143,6 @@ def frontier_ratio(
     if on_curve <= 0:
         return math.inf
     return unserved / on_curve
-
-
-def _extended(xs: Sequence[float], ys: Sequence[float], gpu_hours: float) -> float:
-    """The curve's waiting at ``gpu_hours`` past its dearest point, along its last segment
-    (the last two points of distinct GPU-hours)."""
-    last = len(xs) - 1
-    before = next((k for k in range(last - 1, -1, -1) if xs[k] < xs[last]), None)
-    if before is None:
-        return ys[last]
-    slope = (ys[last] - ys[before]) / (xs[last] - xs[before])
-    return max(0.0, ys[last] + min(slope, 0.0) * (gpu_hours - xs[last]))
 
 
 def judge(evidence: Evidence, margin: float = POLICY_MARGIN) -> Verdict:
@@ -173,15 +158,12 @@ def judge(evidence: Evidence, margin: float = POLICY_MARGIN) -> Verdict:
     )
     cheaper: PolicyName = "forecast" if e.forecast_gpu_hours < e.reactive_gpu_hours else "reactive"
     dearest = max(gpu for gpu, _ in e.hpa_curve)
-    if e.forecast_gpu_hours > (1 + margin) * dearest:
+    if e.forecast_gpu_hours > dearest:
         return Verdict(
             "reactive",
             ratio,
-            f"{said}: dearer than the HPA at its dearest target by more than the margin, "
-            "beyond its whole curve",
+            f"{said}: dearer than the HPA at its dearest target, beyond its whole curve",
         )
-    if e.forecast_gpu_hours > dearest:
-        said = f"{said}, read on the HPA's curve extended past its dearest target"
     if ratio is None:
         return Verdict(cheaper, None, f"{said}: both served all but a trace, the cheaper plans")
     if ratio <= 1 - margin:
