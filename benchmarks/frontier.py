@@ -734,7 +734,7 @@ def main() -> int:
     )
     args = parser.parse_args()
     whole = args.only is None and args.cold is None and not args.first_halves
-    whole = whole and not args.default_only
+    whole = whole and not args.default_only and not args.from_points
     swept: list[tuple[str, int, list[Point]]] = []
     if args.from_points:
         for path in args.points or [POINTS]:
