@@ -10,25 +10,7 @@ if [[ -x $NGINX ]] && "$NGINX" -V 2>&1 | grep -q http_auth_request_module; then
     exit 0
 fi
 
-SUDO=""
-if [[ $(id -u) -ne 0 ]]; then
-    SUDO="sudo"
-fi
-
-echo "nginx-bin: installing Debian's nginx package"
-# The package would start a system-wide nginx on port 80; the tests start their own on
-# loopback. Keep the service from starting during the install.
-POLICY=/usr/sbin/policy-rc.d
-ADDED_POLICY=0
-if [[ ! -e $POLICY ]]; then
-    printf '#!/bin/sh\nexit 101\n' | $SUDO tee "$POLICY" >/dev/null
-    $SUDO chmod +x "$POLICY"
-    ADDED_POLICY=1
-fi
-cleanup() { if [[ $ADDED_POLICY -eq 1 ]]; then $SUDO rm -f "$POLICY"; fi; }
-trap cleanup EXIT
-
-export DEBIAN_FRONTEND=noninteractive
-$SUDO apt-get update -qq
-$SUDO apt-get install -y -qq --no-install-recommends nginx >/dev/null
+# shellcheck source=hack/cluster/apt-install.sh
+source "$(dirname "$0")/apt-install.sh"
+apt_install nginx-bin nginx
 echo "nginx-bin: $(/usr/sbin/nginx -v 2>&1)"

@@ -25,7 +25,7 @@ import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Final, Literal
+from typing import Final, Literal, get_args
 
 CONTRACT: Final = "prescaler.io/degradation/v1"
 """The ConfigMap format's name and version (key ``contract``)."""
@@ -76,17 +76,7 @@ Outcome = Literal[
     "open_no_lane",
     "open_malformed",
 ]
-OUTCOMES: Final[tuple[Outcome, ...]] = (
-    "admitted",
-    "routed",
-    "shed",
-    "too_long",
-    "open_no_pool",
-    "open_unknown_pool",
-    "open_unreadable",
-    "open_no_lane",
-    "open_malformed",
-)
+OUTCOMES: Final[tuple[Outcome, ...]] = get_args(Outcome)
 """Every outcome of a check: the policy's answers, then the fail-open ones."""
 SHOWN_CHARS: Final = 64
 _TOKENS = re.compile(r"^\s*[0-9]{1,12}\s*$")
