@@ -180,11 +180,12 @@ def _kept(*hours: dict[str, Any]) -> dict[str, Any]:
 PREFILL_HOURS = (
     _bucket(2, demand=1e6, gpu_hours=8, standby_gpu_hours=1, unserved=1000, short_minutes=2,
             hpa_gpu_hours=10, hpa_unserved=5000, hpa_short_minutes=6),
-    _bucket(1, demand=1e6, gpu_hours=8, hpa_gpu_hours=10),
+    _bucket(1, demand=1e6, gpu_hours=8, hpa_gpu_hours=10, direction_changes=2,
+            hpa_direction_changes=3),
 )  # fmt: skip
 DECODE_HOURS = (
     _bucket(1, seconds=1800, demand=1e5, gpu_hours=4, unserved=20, short_minutes=3,
-            hpa_gpu_hours=5, hpa_unserved=100, hpa_short_minutes=4),
+            hpa_gpu_hours=5, hpa_unserved=100, hpa_short_minutes=4, direction_changes=1),
 )  # fmt: skip
 
 
@@ -217,6 +218,8 @@ def test_a_disaggregated_pool_reports_its_roles_comparisons_added_up() -> None:
             "hpaUnservedFraction": 0.0025,  # prefill's 5000 of 2e6
             "shortMinutes": 3,  # decode's
             "hpaShortMinutes": 6,  # prefill's
+            "directionChanges": 3,  # each role's fleet scales on its own: added up
+            "hpaDirectionChanges": 3,
         }
     # The column `kubectl get -o wide` shows, and nothing of a shadow of its own.
     assert total["summary"] == "5.0 GPU-h (20%)"

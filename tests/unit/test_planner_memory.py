@@ -267,3 +267,47 @@ def test_a_ramp_the_nowcast_alone_sees_extends_a_scale_up_but_does_not_start_one
     assert (climbing.desired_replicas, climbing.action) == (8, "scale_up")
     # Without a rise, the same fleet and demand hold: the rule changes nothing else.
     assert sized(6, 5.0).desired_replicas == 6
+
+
+def with_budget(
+    current: int, rps: float, budget: int | None, *, up: float | None, down: float | None
+) -> ScalePlan:
+    """A fleet of ``current`` on a flat forecast of ``rps``, its last scale-up at ``up``
+    and scale-down at ``down`` (well past the period), ``budget`` direction changes left."""
+    return plan(
+        PlanInputs(
+            now=NOW,
+            capacity=CAPACITY,
+            fleet=FleetState(current, current, last_scale_up_at=up, last_scale_down_at=down),
+            policy=POLICY,
+            cold_start_seconds=COLD_START,
+            forecast=Flat(rps, NOW),
+            direction_budget=budget,
+        )
+    )
+
+
+def test_a_release_that_reverses_a_scale_up_waits_while_no_direction_change_is_left() -> None:
+    """The fleet changes direction no more often than its shadow HPA over the trailing
+    day: with none left, a release after a scale-up holds, and says why."""
+    up, down = NOW - 3600, NOW - 7200
+    held = with_budget(8, 3.0, 0, up=up, down=down)
+    assert (held.action, held.desired_replicas, held.driver) == ("hold", 8, "direction")
+    assert "as often as its shadow HPA" in held.reason
+    assert with_budget(8, 3.0, -2, up=up, down=down).desired_replicas == 8
+    # With one left, or with no budget known (no shadow), it releases.
+    for budget in (1, None):
+        released = with_budget(8, 3.0, budget, up=up, down=down)
+        assert (released.action, released.desired_replicas) == ("scale_down", 3)
+
+
+def test_the_direction_budget_never_holds_a_scale_up_or_a_release_that_goes_on() -> None:
+    """A release after a release is no change of direction, and a scale-up is never held
+    (the budget only delays releases: it never costs a replica demand asks for)."""
+    up, down = NOW - 7200, NOW - 3600  # the last scale was down
+    again = with_budget(8, 3.0, 0, up=up, down=down)
+    assert (again.action, again.desired_replicas) == ("scale_down", 3)
+    rise = with_budget(3, 8.0, -5, up=up, down=down)
+    assert (rise.action, rise.desired_replicas) == ("scale_up", 8)
+    rise = with_budget(3, 8.0, -5, up=down, down=up)  # after a scale-up: still up
+    assert (rise.action, rise.desired_replicas) == ("scale_up", 8)

@@ -19,6 +19,8 @@ from prescaler.backtest import (
     ShadowSetup,
     ShadowState,
     compare,
+    direction_budget,
+    direction_changes,
     shadow_step,
     simulate,
 )
@@ -200,10 +202,17 @@ def test_the_status_keeps_the_whole_state() -> None:
         state.short,
         state.hpa_short,
     )
+    assert (again.fleet_replicas, again.direction, again.hpa_direction) == (
+        state.fleet_replicas,
+        state.direction,
+        state.hpa_direction,
+    )
     for a, b in zip(again.hours, state.hours, strict=True):
         assert (a.start, a.span) == (b.start, b.span)
         assert a.gpu_hours == pytest.approx(b.gpu_hours, abs=1e-6)
         assert a.hpa_short_minutes == b.hpa_short_minutes
+        assert a.direction_changes == b.direction_changes
+        assert a.hpa_direction_changes == b.hpa_direction_changes
     assert status.basis == "plan"
     assert status.last24_hours is not None
     assert status.summary.endswith("%)")
@@ -253,3 +262,34 @@ def test_the_hpas_target_is_read_as_a_share_of_a_replica(
     )
     assert (hpa.target_kind, hpa.target_name) == ("Deployment", "llm")
     assert hpa.target_utilization == share
+
+
+def test_both_fleets_direction_changes_are_counted_as_the_backtest_counts_them() -> None:
+    """The fleet's direction changes, from its count at each observation, and the shadow's,
+    from its syncs: the same count as the backtest's :func:`direction_changes` of each
+    series; :func:`direction_budget` is the shadow's less the fleet's over the day."""
+    rng = np.random.default_rng(3)
+    levels = [10.0, 40.0, 12.0, 45.0, 10.0, 50.0, 11.0]
+    demand = list(np.repeat(levels, 80) + rng.uniform(0, 2, 560))
+    fleet = list(np.repeat([2, 5, 3, 5, 4, 4, 6, 2], 70))  # up, down, up, down, up, down
+    state = ShadowState()
+    hpa, ours = [], []
+    for k, (d, n) in enumerate(zip(demand, fleet, strict=True)):
+        state = shadow_step(state, SETUP, Observed(T0 + 15 * k, d, ready=int(n), existing=int(n)))
+        hpa.append(state.hpa.existing)
+        ours.append(int(n))
+    day = compare(state, T0 + 15 * len(demand), "24h", 86400)
+    assert day.direction_changes == direction_changes(np.array(ours, dtype=float)) == 5
+    assert day.hpa_direction_changes == direction_changes(np.array(hpa, dtype=float))
+    assert day.hpa_direction_changes >= 4  # it followed the three rises and falls
+    # Two hours observed: the shadow's day is young, and the fleet may lead it by one.
+    budget = direction_budget(state, T0 + 15 * len(demand))
+    assert budget == day.hpa_direction_changes - day.direction_changes + 1
+    # A whole day observed on, steady: the changes have left the window, none is owed
+    # either way, and the fleet may lead by none.
+    now = T0 + 15 * len(demand)
+    for k in range(1, 24 * 12 + 1):
+        state = shadow_step(state, SETUP, Observed(now + 300 * k, 10.0, ready=2, existing=2))
+    later = now + 300 * 24 * 12
+    assert compare(state, later, "24h", 86400).observed_hours > 22
+    assert direction_budget(state, later) == 0

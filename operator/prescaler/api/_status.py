@@ -485,6 +485,10 @@ class AgainstHpaHour(WireModel):
     """Demand the shadow HPA's ready replicas did not serve in the step it arrived."""
     hpa_short_minutes: int = 0
     """Minutes the shadow HPA's ready capacity was below demand in some step."""
+    direction_changes: int = 0
+    """Times prescaler's fleet scaled the other way than its scale before."""
+    hpa_direction_changes: int = 0
+    """Times the shadow HPA scaled the other way than its scale before."""
 
 
 class AgainstHpaWindow(WireModel):
@@ -517,6 +521,12 @@ class AgainstHpaWindow(WireModel):
     """Minutes prescaler was short of demand."""
     hpa_short_minutes: int = 0
     """Minutes the shadow HPA would have been short of demand."""
+    direction_changes: int = 0
+    """Times prescaler's fleet changed direction (a scale-down after a scale-up, or the
+    reverse). The planner holds it to the shadow HPA's count: a release that would be one
+    change too many waits."""
+    hpa_direction_changes: int = 0
+    """Times the shadow HPA would have changed direction."""
 
 
 class HpaRecommendation(WireModel):
@@ -596,6 +606,12 @@ class AgainstHpaStatus(WireModel):
     """Prescaler was short in ``minute`` so far."""
     hpa_short: bool | None = None
     """The shadow HPA was short in ``minute`` so far."""
+    fleet_replicas: int | None = None
+    """Prescaler's fleet (in dry run, its plan's) at the last observation."""
+    direction: Literal[-1, 0, 1] | None = None
+    """The direction of prescaler's last scale (1 up, -1 down)."""
+    hpa_direction: Literal[-1, 0, 1] | None = None
+    """The direction of the shadow HPA's last scale."""
     hours: list[AgainstHpaHour] | None = Field(default=None, max_length=170)
     """The counters of the last 7 days, oldest first: one bucket per hour for the last 24
     hours, one per UTC day before them (a disaggregated pool's sum has none: see its

@@ -438,6 +438,7 @@ class HpaShadow(Protocol):
     @property
     def waiting(self) -> float: ...
     def spend(self, now: float) -> Spend: ...
+    def direction_budget(self, now: float) -> int: ...
 
 
 @dataclass
@@ -552,6 +553,7 @@ class PredictivePolicy:
         )
         self._observed = remember_observation(self._observed, obs.now, observed)
         sizing = None
+        budget: int | None = None
         if self.objective is not None:
             # The operator's order: score the lookaheads that ended, then size.
             risk = self.risk or PeakRisk()
@@ -561,6 +563,7 @@ class PredictivePolicy:
                 hpa_ready, hpa_waiting = self.hpa.ready_capacity, self.hpa.waiting
                 spend = self.hpa.spend(obs.now)
                 self.hpa.observe(obs.now, observed, obs.ready, obs.existing)
+                budget = self.hpa.direction_budget(obs.now)
             self.risk = observe_risk(
                 risk,
                 self.objective,
@@ -584,6 +587,7 @@ class PredictivePolicy:
                 windows=tuple(self.windows),
                 risk=sizing,
                 decision_interval_seconds=self.interval,
+                direction_budget=budget,
             )
         )
         if self.risk is not None:
@@ -637,7 +641,6 @@ class KedaPolicy(_PlannerFront):
     def interval_seconds(self) -> float:
         return self.reactive.sync_seconds
 
-
     def decide(self, obs: Observation) -> int:
         plan = self.predictive.decide(obs)
         return self.reactive.decide(obs, external=plan)
@@ -664,7 +667,6 @@ class AutoPolicy(_PlannerFront):
     @property
     def interval_seconds(self) -> float:
         return self.predictive.interval_seconds
-
 
     def in_force(self, now: float) -> PolicyName:
         mode: PolicyName = "forecast"

@@ -12,6 +12,11 @@ the last call and scores both fleets on each step, as the backtest scores a repl
   through the backtest's FIFO fluid queue (:func:`~prescaler.backtest.fluid_queue`): a
   backlog delays what arrives behind it.
 * **Short minutes** - minutes in which ready capacity was below demand at any step.
+* **Direction changes** - scales whose direction differs from the previous scale's (a
+  scale-down after a scale-up, or the reverse): prescaler's from its fleet's count at each
+  observation (in dry run, its plan's), the shadow's from its syncs. The planner may change
+  direction as often as the shadow over the trailing day, and no more
+  (:func:`direction_budget`).
 
 Prescaler's side is its real fleet (ready and existing replicas, standby); a pool in dry
 run scales nothing, so its side is the plan's own fleet, simulated like the shadow's
@@ -56,6 +61,9 @@ HOURLY_SECONDS = DAY
 """Buckets stay hourly for this long; older hours are merged into one bucket per UTC day."""
 WINDOWS: tuple[tuple[str, float], ...] = (("24h", 86400.0), ("7d", KEEP_SECONDS))
 """The rolling windows reported: name and length."""
+WHOLE_DAY_HOURS = 22.0
+"""The shadow has wholly observed its trailing day (:func:`direction_budget`) when it
+scored this many hours of it: the window's 23 whole hours, less an hour of gaps."""
 MAX_GAP_SECONDS = 300.0
 """A longer time without an observation is not scored (the demand in it is unknown)."""
 _METRIC_LAG_SYNCS = 2
@@ -113,6 +121,9 @@ class Hour:
     hpa_gpu_hours: float = 0.0
     hpa_unserved: float = 0.0
     hpa_short_minutes: int = 0
+    direction_changes: int = 0
+    """Prescaler's fleet changed direction (scaled the other way than the scale before)."""
+    hpa_direction_changes: int = 0
     span: float = HOUR
     """Seconds from ``start`` that the bucket covers: an hour, up to a day once merged."""
 
@@ -129,6 +140,8 @@ class Hour:
             hpa_gpu_hours=self.hpa_gpu_hours + other.hpa_gpu_hours,
             hpa_unserved=self.hpa_unserved + other.hpa_unserved,
             hpa_short_minutes=self.hpa_short_minutes + other.hpa_short_minutes,
+            direction_changes=self.direction_changes + other.direction_changes,
+            hpa_direction_changes=self.hpa_direction_changes + other.hpa_direction_changes,
             span=max(self.start + self.span, other.start + other.span) - self.start,
         )
 
@@ -160,6 +173,12 @@ class ShadowState:
     short: bool = False
     """Prescaler was short in some step of ``minute``."""
     hpa_short: bool = False
+    fleet_replicas: int | None = None
+    """Prescaler's fleet (its plan's, in dry run) at the last observation."""
+    direction: int = 0
+    """The direction of prescaler's last scale: 1 up, -1 down, 0 none yet."""
+    hpa_direction: int = 0
+    """The direction of the shadow's last scale."""
     hours: tuple[Hour, ...] = ()
     """The counters' buckets, oldest first, for the last :data:`KEEP_SECONDS`: daily, then
     hourly for the last :data:`HOURLY_SECONDS`."""
@@ -246,6 +265,10 @@ class ShadowHpa:
         """Both fleets' GPU-hours over the trailing day (:func:`trailing_spend`)."""
         return trailing_spend(self.state, now)
 
+    def direction_budget(self, now: float) -> int:
+        """Direction changes the fleet may still make (:func:`direction_budget`)."""
+        return direction_budget(self.state, now)
+
 
 def hpa_ready_capacity(state: ShadowState, setup: ShadowSetup) -> float | None:
     """What the shadow HPA's ready replicas serve as of its last sync (``None``: it has
@@ -271,7 +294,19 @@ def shadow_step(state: ShadowState, setup: ShadowSetup, seen: Observed) -> Shado
             state = _score_step(state, setup, seen, t - SYNC_SECONDS)
         state = _sync(state, setup, seen, t)
         t += SYNC_SECONDS
-    return _prune(state, now)
+    return _prune(_fleet_moved(state, seen), now)
+
+
+def _fleet_moved(state: ShadowState, seen: Observed) -> ShadowState:
+    """Prescaler's fleet as ``seen``, a change of direction counted at ``seen.now``."""
+    count = seen.planned if seen.planned is not None else seen.existing
+    last = state.fleet_replicas
+    if last is None or count == last:
+        return replace(state, fleet_replicas=count)
+    sign = 1 if count > last else -1
+    if state.direction and sign != state.direction:
+        state = replace(state, hours=tuple(_add(list(state.hours), seen.now, changes=1)))
+    return replace(state, fleet_replicas=count, direction=sign)
 
 
 def _restart(state: ShadowState, setup: ShadowSetup, seen: Observed) -> ShadowState:
@@ -279,7 +314,12 @@ def _restart(state: ShadowState, setup: ShadowSetup, seen: Observed) -> ShadowSt
     starts warm; after a gap the shadow goes on, its starting replicas ready by now."""
     clock = math.floor(seen.now / SYNC_SECONDS) * SYNC_SECONDS
     if state.clock is None or seen.now < state.clock:
-        state = ShadowState(hours=state.hours)
+        state = ShadowState(
+            hours=state.hours,
+            fleet_replicas=state.fleet_replicas,
+            direction=state.direction,
+            hpa_direction=state.hpa_direction,
+        )
         hpa = ShadowFleet(setup.initial_replicas(seen.demand, seen.ready))
     else:
         state = _close_minute(state)
@@ -287,7 +327,7 @@ def _restart(state: ShadowState, setup: ShadowSetup, seen: Observed) -> ShadowSt
     planned = None
     if seen.planned is not None:
         planned = (state.planned or ShadowFleet(seen.ready)).advance(clock)
-    return replace(
+    state = replace(
         state,
         clock=clock,
         hpa=hpa,
@@ -296,6 +336,7 @@ def _restart(state: ShadowState, setup: ShadowSetup, seen: Observed) -> ShadowSt
         queue=0.0,
         hpa_queue=0.0,
     )
+    return _fleet_moved(state, seen)
 
 
 def _close_minute(state: ShadowState) -> ShadowState:
@@ -316,6 +357,7 @@ def _sync(state: ShadowState, setup: ShadowSetup, seen: Observed, t: float) -> S
     cold = setup.cold_start_seconds
     hpa = state.hpa.advance(t)
     recommendations = state.recommendations
+    hours, hpa_direction = state.hours, state.hpa_direction
     if seen.demand is not None:
         policy = setup.policy(recommendations)
         then = state.metric_ready[0] if len(state.metric_ready) >= _METRIC_LAG_SYNCS else None
@@ -331,6 +373,11 @@ def _sync(state: ShadowState, setup: ShadowSetup, seen: Observed, t: float) -> S
             )
         )
         desired = min(max(desired, setup.min_replicas), setup.max_replicas)
+        if desired != hpa.existing:
+            sign = 1 if desired > hpa.existing else -1
+            if hpa_direction and sign != hpa_direction:
+                hours = tuple(_add(list(hours), t, hpa_changes=1))
+            hpa_direction = sign
         hpa = hpa.scale_to(desired, t, cold)
         recommendations = tuple(policy._recommendations or ())
     planned = state.planned
@@ -344,6 +391,8 @@ def _sync(state: ShadowState, setup: ShadowSetup, seen: Observed, t: float) -> S
         planned=planned,
         recommendations=recommendations,
         metric_ready=metric_ready,
+        hpa_direction=hpa_direction,
+        hours=hours,
     )
 
 
@@ -411,6 +460,8 @@ def _add(
     hpa_gpu_hours: float = 0.0,
     hpa_unserved: float = 0.0,
     hpa_short: int = 0,
+    changes: int = 0,
+    hpa_changes: int = 0,
 ) -> list[Hour]:
     """``hours`` with the counts added to the bucket of ``t``'s hour."""
     start = math.floor(t / HOUR) * HOUR
@@ -431,6 +482,8 @@ def _add(
             hpa_gpu_hours=hpa_gpu_hours,
             hpa_unserved=hpa_unserved,
             hpa_short_minutes=hpa_short,
+            direction_changes=changes,
+            hpa_direction_changes=hpa_changes,
         )
     )
     return hours
@@ -474,6 +527,9 @@ class Comparison:
     hpa_unserved_fraction: float | None
     short_minutes: int
     hpa_short_minutes: int
+    direction_changes: int = 0
+    """Times prescaler's fleet changed direction."""
+    hpa_direction_changes: int = 0
 
     @property
     def saved_gpu_hours(self) -> float:
@@ -501,6 +557,8 @@ def compare(state: ShadowState, now: float, window: str, span_seconds: float) ->
         hpa_unserved_fraction=sum(h.hpa_unserved for h in hours) / demand if demand > 0 else None,
         short_minutes=sum(h.short_minutes for h in hours),
         hpa_short_minutes=sum(h.hpa_short_minutes for h in hours),
+        direction_changes=sum(h.direction_changes for h in hours),
+        hpa_direction_changes=sum(h.hpa_direction_changes for h in hours),
     )
 
 
@@ -510,3 +568,18 @@ def trailing_spend(state: ShadowState, now: float) -> Spend:
     (``spec.objective.budgetToHpa``) holds the pool to."""
     day = compare(state, now, "24h", BUDGET_MEMORY_SECONDS)
     return Spend(day.gpu_hours, day.hpa_gpu_hours, day.observed_hours)
+
+
+def direction_budget(state: ShadowState, now: float) -> int:
+    """How many more times prescaler's fleet may change direction over the trailing day:
+    the shadow HPA's direction changes in it less the fleet's (the ``24h`` window's
+    buckets). The planner holds a release that would reverse a scale-up while it is zero
+    or less (``PlanInputs.direction_budget``). Over a day the shadow has not wholly
+    observed (a new pool's first, or one with a gap in its metrics) one more: the
+    shadow's count is then short of the HPA's, and a fleet that releases its overshoot
+    before the HPA's first change of direction would otherwise keep it until then."""
+    day = compare(state, now, "24h", DAY)
+    left = day.hpa_direction_changes - day.direction_changes
+    # A day the shadow has not wholly observed (a new pool, a metrics gap) does not hold
+    # all of the HPA's changes yet: the fleet may lead it by one.
+    return left + 1 if day.observed_hours < WHOLE_DAY_HOURS else left

@@ -333,6 +333,8 @@ def seed_of(calibration: HistoryCalibration) -> Seed:
         hpa_unserved_fraction=round(h.unserved_token_fraction, 6),
         short_minutes=p.shortfall_minutes,
         hpa_short_minutes=h.shortfall_minutes,
+        direction_changes=p.direction_changes,
+        hpa_direction_changes=h.direction_changes,
     )
     return Seed(
         risk=calibration.risk,

@@ -39,6 +39,7 @@ from prescaler.api import (
     scheduled_windows,
     target_of,
 )
+from prescaler.backtest import direction_budget as directions_left
 from prescaler.capacity import ROLES, CapacityModel, Role
 from prescaler.controller import degradation, external
 from prescaler.controller.calibrate import (
@@ -515,6 +516,7 @@ class Reconciler:
             self.interval_seconds,
             observed_rise(recent, at, observed),
             reactive,
+            directions_left(shadow.state, now) if shadow is not None else None,
         )
         self._observed[key] = remember_observation(recent, at, observed)
         decision, change = external.govern(spec, pool.generation, examined, decision)
@@ -1403,12 +1405,15 @@ def decide(
     interval_seconds: float = 0.0,
     rise: float | None = None,
     reactive: int | None = None,
+    direction_budget: int | None = None,
 ) -> ScalePlan:
     """The planner's inputs from what was gathered, and its decision (pure). ``risk`` is
     the peak risk model's margin (see :func:`prescaler.controller.status.learn_risk`);
     ``interval_seconds`` the time to the next reconcile; ``rise`` how fast the
     observed demand rose lately (:func:`prescaler.planning.observed_rise`); ``reactive``
-    the count the pool's HPA holds, when the pool plans as its HPA would."""
+    the count the pool's HPA holds, when the pool plans as its HPA would;
+    ``direction_budget`` the direction changes the fleet may still make
+    (:func:`prescaler.backtest.direction_budget`)."""
     snapshot = gathered.snapshot
     observed = snapshot.demand if snapshot else None
     hot = spec.standby.hot.replicas > 0
@@ -1445,5 +1450,6 @@ def decide(
             risk=risk,
             decision_interval_seconds=interval_seconds,
             reactive_replicas=reactive,
+            direction_budget=direction_budget,
         )
     )

@@ -450,6 +450,9 @@ def shadow_state(previous: AgainstHpaStatus | None) -> ShadowState:
         minute=previous.minute,
         short=bool(previous.short),
         hpa_short=bool(previous.hpa_short),
+        fleet_replicas=previous.fleet_replicas,
+        direction=previous.direction or 0,
+        hpa_direction=previous.hpa_direction or 0,
         hours=tuple(Hour(**h.model_dump()) for h in hours),
     )
 
@@ -486,6 +489,9 @@ def against_hpa_status(
         minute=state.minute,
         short=state.short,
         hpa_short=state.hpa_short,
+        fleet_replicas=state.fleet_replicas,
+        direction=_sign(state.direction),
+        hpa_direction=_sign(state.hpa_direction),
         hours=[
             AgainstHpaHour(
                 **{k: round(v, 6) if isinstance(v, float) else v for k, v in asdict(h).items()}
@@ -493,6 +499,10 @@ def against_hpa_status(
             for h in state.hours
         ],
     )
+
+
+def _sign(direction: int) -> Literal[-1, 0, 1]:
+    return 1 if direction > 0 else -1 if direction < 0 else 0
 
 
 def against_hpa_summary(day: AgainstHpaWindow) -> str:
@@ -517,6 +527,8 @@ def window_status(c: Comparison) -> AgainstHpaWindow:
         hpa_unserved_fraction=_round(c.hpa_unserved_fraction, 6),
         short_minutes=c.short_minutes,
         hpa_short_minutes=c.hpa_short_minutes,
+        direction_changes=c.direction_changes,
+        hpa_direction_changes=c.hpa_direction_changes,
     )
 
 
@@ -1156,6 +1168,8 @@ def roles_window(windows: Sequence[AgainstHpaWindow | None]) -> AgainstHpaWindow
         hpa_unserved_fraction=_worst(w.hpa_unserved_fraction for w in known),
         short_minutes=max(w.short_minutes for w in known),
         hpa_short_minutes=max(w.hpa_short_minutes for w in known),
+        direction_changes=sum(w.direction_changes for w in known),
+        hpa_direction_changes=sum(w.hpa_direction_changes for w in known),
     )
 
 

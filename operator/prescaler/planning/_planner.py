@@ -37,7 +37,10 @@ The rules, in order:
    a forecast that cannot be checked against the present does not release capacity.
 5. **Scale-down.** Never below the windows' floor, and not within the stabilization
    period after a scale-up. The fleet may change direction as often as an HPA would on
-   the same demand, and no more (``tests/unit/test_flapping.py``). Within the period
+   the same demand, and no more (``tests/unit/test_flapping.py``): given the direction
+   changes left in the trailing day (``PlanInputs.direction_budget``: the shadow HPA's
+   less the fleet's), a release that would reverse the last scale-up holds while none
+   are left. Within the period
    after a release, replicas come back only for what arrives now (the nowcast guard or
    the queue term) or for a floor (``min_replicas``, a window), not for a forecast or
    margin alone: adding back what was just released is a second direction change in one
@@ -129,13 +132,16 @@ Driver = Literal[
     "missing-data",
     "unschedulable",
     "reactive",
+    "direction",
 ]
 """The rule a decision's replica count comes from: a requirement (``forecast``: the
 forecast or the peak risk model; ``observed``: the nowcast guard; ``queue``; ``window``;
 ``floor``: min/maxReplicas), or what held replicas the requirement would release
 (``release``: what the lookahead still needs; ``memory``: the recent targets;
-``stabilization``: too soon after a scale; ``missing-data``; ``unschedulable``), or
-``reactive``: the pool plans as its HPA would (``spec.policy``), the HPA's count."""
+``stabilization``: too soon after a scale; ``missing-data``; ``unschedulable``;
+``direction``: the fleet has changed direction as often as its shadow HPA over the
+trailing day), or ``reactive``: the pool plans as its HPA would (``spec.policy``), the
+HPA's count."""
 
 
 class DemandPoint(Protocol):
@@ -292,6 +298,12 @@ class PlanInputs:
     pool plans as its HPA would (``spec.policy``): that count replaces what the forecast,
     the observation and the queue ask, and nothing is remembered beyond it (the HPA's own
     stabilization is in the count). Windows, standby and the bounds apply as ever."""
+    direction_budget: int | None = None
+    """How many more times the fleet may change direction over the trailing day: the
+    shadow HPA's direction changes in it less the fleet's
+    (:func:`prescaler.backtest.trailing_direction_changes`); ``None``: no limit. At zero or
+    below, a scale-down that reverses the last scale-up holds (a scale-up never does): the
+    fleet changes direction no more often than the HPA on the same demand."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -729,6 +741,24 @@ def plan(inputs: PlanInputs) -> ScalePlan:
             f"hold {current} (target {target}): only the ramp nowcast asks for more; "
             f"without it the plan needs {max(without_ramp, fixed_floor)}: {why}"
         )
+    # The fleet changes direction no more often than its HPA on the same demand: once it
+    # has over the trailing day, a release that would reverse the last scale-up waits (the
+    # HPA's own count grows, or an old change leaves the day). A scale-up never waits.
+    budget = inputs.direction_budget
+    if (
+        action == "scale_down"
+        and reactive is None
+        and budget is not None
+        and budget <= 0
+        and _last_move_up(fleet)
+        and current <= policy.max_replicas
+    ):
+        desired, action, driver = current, "hold", "direction"
+        reason = (
+            f"hold {current} (target {target}): the fleet has changed direction as often "
+            f"as its shadow HPA over the trailing day, and a release now would be one more: "
+            f"{why}"
+        )
     stuck = fleet.unschedulable_replicas
     least = min(policy.min_replicas, policy.max_replicas)
     if action == "scale_up" and stuck > 0 and current >= least:
@@ -747,7 +777,7 @@ def plan(inputs: PlanInputs) -> ScalePlan:
             f"cannot be scheduled (no node has room), more would only queue: {why}"
         )
         driver = "floor"
-    elif desired > target:
+    elif desired > target and driver != "direction":
         # Replicas the requirement would release, kept: by which rule.
         if desired == current and (not may_shrink or (blind and inputs.forecast_expected)):
             driver = "missing-data"
@@ -798,6 +828,12 @@ def plan(inputs: PlanInputs) -> ScalePlan:
         risk_sized=risk_sized,
         risk_unit=risk_unit,
     )
+
+
+def _last_move_up(fleet: FleetState) -> bool:
+    """Whether the fleet's last scale was up."""
+    up, down = fleet.last_scale_up_at, fleet.last_scale_down_at
+    return up is not None and (down is None or up > down)
 
 
 def _pace(
