@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
-from prescaler.api import InferencePoolStatus, PlanStatus, RecentTarget
+from prescaler.api import InferencePoolStatus, PlanStatus, RecentTarget, parse_spec, scaling_policy
 from prescaler.capacity import CapacityModel, TokenProfile
 from prescaler.controller.status import recent_targets, rfc3339
 from prescaler.planning import (
@@ -311,3 +311,35 @@ def test_the_direction_budget_never_holds_a_scale_up_or_a_release_that_goes_on()
     assert (rise.action, rise.desired_replicas) == ("scale_up", 8)
     rise = with_budget(3, 8.0, -5, up=down, down=up)  # after a scale-up: still up
     assert (rise.action, rise.desired_replicas) == ("scale_up", 8)
+
+
+def test_a_pool_that_frees_its_direction_changes_releases_whatever_the_budget() -> None:
+    """``spec.scaleDown.directionChanges: free`` (the policy's field, from the spec) lets a
+    release go with no direction change left."""
+    free = parse_spec(
+        {
+            "target": {"name": "llm"},
+            "model": {"tokensPerSecond": 1000},
+            "scaleDown": {"directionChanges": "free"},
+        }
+    )
+    assert (
+        parse_spec(
+            {"target": {"name": "llm"}, "model": {"tokensPerSecond": 1000}}
+        ).scale_down.direction_changes
+        == "asHpa"
+    )
+    policy = replace(POLICY, direction_changes_as_hpa=scaling_policy(free).direction_changes_as_hpa)
+    assert policy.direction_changes_as_hpa is False
+    released = plan(
+        PlanInputs(
+            now=NOW,
+            capacity=CAPACITY,
+            fleet=FleetState(8, 8, last_scale_up_at=NOW - 3600, last_scale_down_at=NOW - 7200),
+            policy=policy,
+            cold_start_seconds=COLD_START,
+            forecast=Flat(3.0, NOW),
+            direction_budget=0,
+        )
+    )
+    assert (released.action, released.desired_replicas) == ("scale_down", 3)

@@ -230,6 +230,7 @@ def scaling_policy(spec: InferencePoolSpec) -> ScalingPolicy:
             scale_down_mode=spec.scale_down.mode,
             scale_down_stabilization_seconds=spec.scale_down.stabilization_seconds,
             scale_down_max_percent=spec.scale_down.max_percent,
+            direction_changes_as_hpa=spec.scale_down.direction_changes == "asHpa",
             scale_up_max_step=spec.scale_up.max_step,
             # A forecast survives one failed refit; after that the plan holds.
             forecast_max_age_seconds=max(900.0, 2.0 * refit + 300.0),

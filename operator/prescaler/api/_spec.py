@@ -556,6 +556,14 @@ class ScaleDownSpec(WireModel):
     max_percent: int = Field(default=50, ge=1, le=100)
     """``paced`` mode: a scale-down step removes at most this share of replicas (at least
     one)."""
+    direction_changes: Literal["asHpa", "free"] = "asHpa"
+    """``asHpa``: the fleet changes direction (a scale-down after a scale-up, or the
+    reverse) no more often than its shadow HPA on the same demand: while its count over
+    the trailing day has reached the shadow's (``status.againstHpa.last24Hours``), a
+    release that would reverse a scale-up waits (a scale-up never does). ``free``: a
+    release goes whenever the plan allows; on smooth daily traffic that spends fewer
+    GPU-hours at two to three times the HPA's direction changes
+    (``benchmarks/README.md``)."""
 
 
 class ScaleUpSpec(WireModel):

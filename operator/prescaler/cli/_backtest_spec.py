@@ -93,6 +93,8 @@ def with_policy_flags(raw: dict[str, Any], args: argparse.Namespace) -> dict[str
         scale_down["maxPercent"] = args.scale_down_max_percent
     if args.scale_down_mode is not None:
         scale_down["mode"] = args.scale_down_mode
+    if getattr(args, "direction_changes", None) is not None:
+        scale_down["directionChanges"] = args.direction_changes
     if scale_down:
         raw["scaleDown"] = {**(raw.get("scaleDown") or {}), **scale_down}
     standby_max = getattr(args, "standby_max_replicas", None)

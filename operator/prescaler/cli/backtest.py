@@ -385,6 +385,12 @@ def register(subparsers: Any) -> None:
         help=f"spec.scaleDown.maxPercent (default {ScaleDownSpec.default_of('max_percent')})",
     )
     pol.add_argument(
+        "--direction-changes",
+        choices=("asHpa", "free"),
+        help="spec.scaleDown.directionChanges "
+        f"(default {ScaleDownSpec.default_of('direction_changes')})",
+    )
+    pol.add_argument(
         "--scale-down-requires-observation",
         action=argparse.BooleanOptionalAction,
         default=True,

@@ -201,6 +201,9 @@ class ScalingPolicy:
     scale_down_max_percent: float = 50.0
     """``paced`` mode: a scale-down step removes at most this share of current replicas
     (at least one)."""
+    direction_changes_as_hpa: bool = True
+    """Hold a release that would reverse a scale-up while no direction change is left
+    (``PlanInputs.direction_budget``); ``False``: the budget is ignored."""
     scale_up_max_step: int | None = None
     """Replicas added per decision at most; ``None`` means unbounded."""
     scale_down_requires_observation: bool = False
@@ -750,6 +753,7 @@ def plan(inputs: PlanInputs) -> ScalePlan:
         and reactive is None
         and budget is not None
         and budget <= 0
+        and policy.direction_changes_as_hpa
         and _last_move_up(fleet)
         and current <= policy.max_replicas
     ):
