@@ -13,6 +13,12 @@ A fixed rule (at most one direction change per stabilization period) judged this
 on seeds other than the one it ran on, the default broke it (3 of 36 runs), and on real
 traffic the default reversed 2-8 times as often as the HPA while passing it. The HPA's own
 guard against small changes is its 10 % tolerance.
+
+The planner now holds this by construction (``spec.scaleDown.directionChanges: asHpa``,
+the default): its shadow HPA counts both fleets' direction changes, and a release that
+would reverse a scale-up waits while the fleet's count over the trailing day has reached
+the shadow's. This test checks the whole loop (the shadow's count, the budget, the hold)
+against the backtest's own HPA and count.
 """
 
 from __future__ import annotations
