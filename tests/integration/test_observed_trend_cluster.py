@@ -4,9 +4,8 @@ The history is flat for an hour, then demand climbs steadily from a minute after
 starts (the backfill reaches minutes into the future, so "now" is set in advance). Two
 pools read that one series and scale a Deployment each: ``trend`` at the default
 ``observedTrendSeconds`` (120 s), ``flat`` with it at 0. The operator remembers what it
-observed at each reconcile and measures the rise over each of the last two minutes or
-so (the slower of the two: a step is not a ramp); the first pool sizes what arrives where
-the climb is heading, the second sizes it as it is. The
+observed at each reconcile and measures the rise over the last minute or so; the first
+pool sizes what arrives where the climb is heading, the second sizes it as it is. The
 planner's arithmetic is unit-tested (``tests/unit/test_observed_trend.py``); this is the
 wiring: the rise the operator measures from Prometheus between its own reconciles.
 """
@@ -31,9 +30,8 @@ from integration.operator_fixtures import crd_fixture, wait_for  # noqa: F401 (f
 pytestmark = [pytest.mark.cluster, pytest.mark.prometheus]
 
 LOW, HIGH = 2.0, 20.0
-CLIMB = 4.0 / 60
-"""Requests/s gained per second while climbing: 4 req/s a minute, 4.5 minutes from LOW to
-HIGH (a rise counts once it has climbed for two minutes in a row)."""
+CLIMB = 6.0 / 60
+"""Requests/s gained per second while climbing: 6 req/s a minute, 3 minutes from LOW to HIGH."""
 # 600 prompt + 150 output tokens per request (the harness' vLLM profile): 5 req/s per replica.
 MODEL = {"tokensPerSecond": 3750, "promptTokens": 600, "outputTokens": 150}
 REPLICA_RPS = 5.0

@@ -75,47 +75,22 @@ def test_no_observation_no_trend() -> None:
     assert desired(None, 0.5) == 10
 
 
-def observe(demands: list[float], every: float = 15.0) -> tuple[tuple[float, float], ...]:
-    """What the planner remembers after ``demands``, one every ``every`` s from NOW."""
+def test_the_rise_is_measured_over_the_last_minute() -> None:
     recent: tuple[tuple[float, float], ...] = ()
-    for i, demand in enumerate(demands):
-        recent = remember_observation(recent, NOW + every * i, demand)
-    return recent
-
-
-def test_a_ramp_climbs_in_both_of_its_last_two_minutes() -> None:
-    # 0.1 req/s each second, observed every 15 s: 2 minutes 15 s of it, 23.5 now.
-    recent = observe([10.0 + 1.5 * i for i in range(9)])
-    now = NOW + 15.0 * 9
-    assert observed_rise(recent, now, 23.5) == pytest.approx(0.1)
-    # A ramp that steepens is taken at its slower minute: 10 → 14.5 → 22 over 2 x 75 s.
-    steeper = ((NOW, 10.0), (NOW + 75.0, 14.5))
-    assert observed_rise(steeper, NOW + 150.0, 22.0) == pytest.approx(4.5 / 75.0)
-
-
-def test_a_step_is_not_a_ramp() -> None:
-    # Flat at 10, one jump to 20 in the last minute (a batch arriving at once, or a
-    # series that reports every half hour): extrapolating it would double the jump.
-    recent = observe([10.0] * 8)
-    now = NOW + 15.0 * 8
-    assert observed_rise(recent, now, 20.0) == pytest.approx(0.0)
-    assert desired(20.0, observed_rise(recent, now, 20.0)) == 20
-    # Flat at 20 after it: the step is over, nothing rises.
-    later = observe([10.0] * 8 + [20.0] * 8)
-    assert observed_rise(later, NOW + 15.0 * 16, 20.0) == pytest.approx(0.0)
-
-
-def test_what_is_remembered_stays_short() -> None:
-    recent = observe([10.0 + i for i in range(30)])
-    now = NOW + 15.0 * 30
-    kept = [t - NOW for t, _ in remember_observation(recent, now, 40.0)]
-    # The newest at least 50 s old is 60 s ago (390); the newest at least 50 s before
-    # that is 330: kept from there on, and the observation now.
-    assert kept == [330.0, 345.0, 360.0, 375.0, 390.0, 405.0, 420.0, 435.0, 450.0]
-    # What was dropped does not change the rise: it is the same as from every observation.
-    every = tuple((NOW + 15.0 * i, 10.0 + i) for i in range(30))
-    assert observed_rise(recent, now, 40.0) == observed_rise(every, now, 40.0)
-    assert observed_rise(recent, now, 40.0) == pytest.approx(1 / 15.0)
+    for i, demand in enumerate([10.0, 10.0, 10.0, 10.0, 14.0, 16.0]):
+        now = NOW + 15.0 * i
+        recent = remember_observation(recent, now, demand)
+    now = NOW + 15.0 * 6
+    # From the newest observation at least 50 s old (60 s ago: 10) to 18 now.
+    assert observed_rise(recent, now, 18.0) == pytest.approx((18.0 - 10.0) / 60.0)
+    # What it keeps stays short: the newest old enough, and the younger ones.
+    assert [t - NOW for t, _ in remember_observation(recent, now, 18.0)] == [
+        30.0,
+        45.0,
+        60.0,
+        75.0,
+        90.0,
+    ]
 
 
 def test_no_rise_without_an_earlier_observation_in_range() -> None:
@@ -124,9 +99,6 @@ def test_no_rise_without_an_earlier_observation_in_range() -> None:
     assert observed_rise(((NOW - 600.0, 5.0),), NOW, 10.0) is None  # too old: a gap
     assert observed_rise(((NOW - 60.0, 5.0),), NOW, None) is None  # nothing now
     assert observed_rise(((NOW - 60.0, 5.0),), NOW, math.nan) is None
-    # One climb in range, none before it: a rise seen once is not yet a ramp.
-    assert observed_rise(((NOW - 60.0, 5.0),), NOW, 10.0) is None
-    assert observed_rise(((NOW - 400.0, 1.0), (NOW - 60.0, 5.0)), NOW, 10.0) is None
 
 
 def test_garbage_is_not_remembered() -> None:

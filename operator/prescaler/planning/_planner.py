@@ -15,12 +15,11 @@ The rules, in order:
    under it (the nowcast guard), so a forecast that lags a level shift never plans below
    what is already arriving; while it rises, the observation is taken as far up its rise
    as it climbs in ``observed_trend_seconds`` (the spec's default, 120 s: the ramp
-   nowcast; a rise is the slower of the last two minutes' climbs, so a step is not a
-   ramp: :func:`observed_rise`). The ramp extends a scale-up but does not start one:
-   while what arrives now (sized as above without the ramp), the forecast and the floors
-   fit the fleet, a climb only the nowcast sees adds no replica (a noisy minute looks like
-   a ramp; an HPA within its tolerance does not act either). (The capacity model's own
-   headroom multiplies both.) A full
+   nowcast). The ramp extends a scale-up but does not start one: while what arrives now
+   (sized as above without the ramp), the forecast and the floors fit the fleet, a climb
+   only the nowcast sees adds no replica (a noisy minute looks like a ramp; an HPA within
+   its tolerance does not act either). (The capacity model's own headroom multiplies
+   both.) A full
    fleet serves only its capacity and queues the rest, so its served rate hides demand;
    when the queue is known, arrivals are what is served plus the queue's growth
    (conservation), and the backlog must drain by the time new capacity could arrive: the
@@ -428,37 +427,23 @@ def _remember(
 
 
 RISE_MIN_AGE_SECONDS = 50.0
-""":func:`observed_rise` measures each climb over at least this long..."""
+""":func:`observed_rise` measures the rise since an observation at least this old..."""
 RISE_MAX_AGE_SECONDS = 180.0
-"""...and at most this long: a rise over a longer gap says nothing about a ramp now."""
-
-
-def _rise_base(recent: Sequence[tuple[float, float]], at: float) -> tuple[float, float] | None:
-    """The newest of ``recent`` between :data:`RISE_MIN_AGE_SECONDS` and
-    :data:`RISE_MAX_AGE_SECONDS` before ``at``."""
-    earlier = [
-        (t, v)
-        for t, v in recent
-        if RISE_MIN_AGE_SECONDS <= at - t <= RISE_MAX_AGE_SECONDS and math.isfinite(v)
-    ]
-    return max(earlier) if earlier else None
+"""...and at most this old: a rise over a longer gap says nothing about a ramp now."""
 
 
 def remember_observation(
     recent: Sequence[tuple[float, float]], now: float, observed: float | None
 ) -> tuple[tuple[float, float], ...]:
     """The observations :func:`observed_rise` needs: ``recent`` (``(time, demand)``,
-    oldest first) younger than ``now`` and no older than the base of the climb before the
-    last (the newest at least :data:`RISE_MIN_AGE_SECONDS` older than the newest at least
-    that old), with ``(now, observed)`` appended when it is a measurement (missing or
-    garbage demand adds nothing)."""
-    kept = [(t, v) for t, v in recent if now - 2 * RISE_MAX_AGE_SECONDS <= t < now]
+    oldest first) within :data:`RISE_MAX_AGE_SECONDS` of ``now``, only the newest of those
+    at least :data:`RISE_MIN_AGE_SECONDS` old and the younger ones, with ``(now,
+    observed)`` appended when it is a measurement (missing or garbage demand adds
+    nothing)."""
+    kept = [(t, v) for t, v in recent if now - RISE_MAX_AGE_SECONDS <= t < now]
     old = [i for i, (t, _) in enumerate(kept) if now - t >= RISE_MIN_AGE_SECONDS]
     if old:
-        newest_old = kept[old[-1]][0]
-        older = [i for i, (t, _) in enumerate(kept) if newest_old - t >= RISE_MIN_AGE_SECONDS]
-        if older:
-            kept = kept[older[-1] :]
+        kept = kept[old[-1] :]
     if observed is not None and math.isfinite(observed) and observed >= 0:
         kept.append((now, observed))
     return tuple(kept)
@@ -467,24 +452,21 @@ def remember_observation(
 def observed_rise(
     recent: Sequence[tuple[float, float]], now: float, observed: float | None
 ) -> float | None:
-    """How fast the observed demand rose, per second: the slower of its last two climbs,
-    each measured from the newest observation between :data:`RISE_MIN_AGE_SECONDS` and
-    :data:`RISE_MAX_AGE_SECONDS` before its end (the last climb ends at ``observed`` now,
-    the one before at the last climb's start). A ramp climbs in both; a step (one jump
-    between two flat levels, as a batch of work arriving at once or a series that
-    reports every few minutes) climbs in one, and extrapolating it would double it.
-    ``None`` without both climbs or without a measurement now; negative while demand
-    falls."""
+    """How fast the observed demand rose, per second: from the newest of ``recent``
+    (``(time, demand)``) that is between :data:`RISE_MIN_AGE_SECONDS` and
+    :data:`RISE_MAX_AGE_SECONDS` old to ``observed`` now. ``None`` without such an
+    observation or without a measurement now; negative while demand falls."""
     if observed is None or not (math.isfinite(observed) and observed >= 0):
         return None
-    last = _rise_base(recent, now)
-    if last is None:
+    earlier = [
+        (t, v)
+        for t, v in recent
+        if RISE_MIN_AGE_SECONDS <= now - t <= RISE_MAX_AGE_SECONDS and math.isfinite(v)
+    ]
+    if not earlier:
         return None
-    before = _rise_base(recent, last[0])
-    if before is None:
-        return None
-    (t1, v1), (t0, v0) = last, before
-    return min((observed - v1) / (now - t1), (v1 - v0) / (t1 - t0))
+    t0, v0 = max(earlier)
+    return (observed - v0) / (now - t0)
 
 
 def _climb_at_observed(
