@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed-$(shell sha1sum pyproject.toml | cut -c1-12)
 PACKAGES := operator/prescaler forecasting/prescaler_forecast tests/cluster tests/integration hack/demo/prescaler_demo
 # The suite mostly waits (cold starts, timers, condition polls): workers run its tests side by
 # side, each with its own local cluster, the longest first (tests/conftest.py). On 2 cores it
-# uses under one core on average; 5 workers finish in 24.5 min where 4 took 30 (benchmarks/README).
+# uses under one core on average (measured times: benchmarks/README.md, "Test suite").
 PYTEST_WORKERS ?= 5
 PYTEST_PARALLEL := -n $(PYTEST_WORKERS) --dist load --maxschedchunk 1
 
