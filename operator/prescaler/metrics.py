@@ -11,10 +11,11 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, star
 from prescaler.api import AgainstHpaStatus, AgainstHpaWindow
 from prescaler.backtest import WINDOWS
 from prescaler.capacity import Constraint
-from prescaler.planning import ForecastLike
+from prescaler.planning import ForecastLike, PolicyName
 
 _POOL = ("namespace", "pool")
 CONSTRAINTS: tuple[Constraint, ...] = get_args(Constraint)
+POLICIES: tuple[PolicyName, ...] = get_args(PolicyName)
 """Every value of ``prescaler_driving_constraint``'s ``constraint`` label."""
 SCALE_DIRECTIONS = ("up", "down")
 """Every value of ``prescaler_scale_events_total``'s ``direction`` label."""
@@ -378,7 +379,7 @@ class Metrics:
 
     def set_policy(self, namespace: str, pool: str, policy: str) -> None:
         """The pool's policy in force (1) and the other (0)."""
-        for name in ("forecast", "reactive"):
+        for name in POLICIES:
             self.policy_in_force.labels(namespace, pool, name).set(1 if name == policy else 0)
 
     def declare_fit(self, series: str, model: str) -> None:
@@ -520,7 +521,7 @@ class Metrics:
         for direction in SCALE_DIRECTIONS:
             with contextlib.suppress(KeyError):
                 self.scale_events.remove(namespace, pool, direction)
-        for policy in ("forecast", "reactive"):
+        for policy in POLICIES:
             with contextlib.suppress(KeyError):
                 self.policy_in_force.remove(namespace, pool, policy)
         for outcome in NUDGE_OUTCOMES:

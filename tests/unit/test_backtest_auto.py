@@ -60,6 +60,19 @@ def test_a_reactive_pool_replays_exactly_as_the_hpa() -> None:
     assert run.policy_json()["predictive"]["ended_on"] == "reactive"
 
 
+def test_a_leading_pool_replays_as_the_hpa_led_by_its_forecast() -> None:
+    demand = bursty(2.0)
+    run = backtest(spec(policy="leading"), demand, ["reactive", "predictive"], degradation=None)
+    (policy,) = [p for p in run.policies if isinstance(p, AutoPolicy)]
+    assert set(policy.decisions) == {"leading"}
+    assert run.policy_json()["predictive"]["ended_on"] == "leading"
+    led, hpa = run.result.scores["predictive"], run.result.scores["reactive"]
+    # The larger of two recommendations: never fewer GPU-hours than the HPA's own (its
+    # count is one of them), and no more waiting.
+    assert led.gpu_hours >= hpa.gpu_hours * 0.99
+    assert led.unserved_token_fraction <= hpa.unserved_token_fraction * 1.01 + 1e-9
+
+
 def test_auto_weighs_the_history_at_the_start_then_each_day() -> None:
     demand = bursty(2.0)
     run = backtest(spec(), demand, ["reactive", "predictive"], degradation=None)
@@ -77,8 +90,10 @@ def test_auto_weighs_the_history_at_the_start_then_each_day() -> None:
     report = run.policy_json()["predictive"]
     assert [c["policy"] for c in report["checks"]] == [c.policy for c in policy.choices]
     for c in report["checks"]:
-        ratio = c["frontier_ratio"]
-        assert ratio is None or ratio == "inf" or (isinstance(ratio, float) and ratio >= 0)
+        for key in ("frontier_ratio", "leading_frontier_ratio"):  # the led HPA ran too
+            ratio = c[key]
+            assert ratio is None or ratio == "inf" or (isinstance(ratio, float) and ratio >= 0)
+    assert all(c.evidence is not None and c.evidence.led for c in policy.choices)
     if policy.choices[0].policy == "reactive":  # the first verdict holds at once
         assert policy.in_force(replay_start + 1) == "reactive"
     assert not math.isnan(run.result.scores["predictive"].gpu_hours)

@@ -81,6 +81,51 @@ def test_the_evidence_pools_the_days_with_the_new_one_weighing_less_than_half() 
     assert b.pooled(None) is b
 
 
+def led(unserved: float, gpu_hours: float, lu: float, lg: float) -> Evidence:
+    return Evidence(unserved, gpu_hours, HPA_07[1], HPA_07[0], CURVE, lu, lg)
+
+
+@pytest.mark.parametrize(
+    ("forecast", "leading", "policy"),
+    [
+        # The forecast beyond the curve, the led HPA 0.49 of it (a little dearer than the
+        # HPA at 0.7): led.
+        ((0.005, 130.0), (0.0045, 102.0), "leading"),
+        # The led HPA on the curve (1.0): the two-way verdict stands.
+        ((0.005, 130.0), (0.0096, 102.0), "reactive"),
+        # The led HPA beyond the HPA's whole curve: never.
+        ((0.005, 130.0), (0.0, 141.0), "reactive"),
+        # The forecast clearly below the curve (0.13) and the led HPA no clearer: forecast.
+        ((0.002, 95.0), (0.0015, 102.0), "forecast"),
+        # The forecast chosen within the margin (0.92, cheaper), the led HPA 0.3: led.
+        ((0.011, 98.0), (0.0028, 102.0), "leading"),
+        # Neither leaves anything waiting: the led HPA is never the cheaper.
+        ((0.0, 160.0), (0.0, 140.0), "reactive"),
+    ],
+)
+def test_the_verdict_among_three(
+    forecast: tuple[float, float], leading: tuple[float, float], policy: str
+) -> None:
+    verdict = judge(led(*forecast, *leading))
+    assert verdict.policy == policy, verdict.reason
+    assert verdict.leading_ratio is None or verdict.leading_ratio >= 0
+    if policy == "leading":
+        assert "led by the forecast" in verdict.reason
+
+
+def test_the_led_hpas_evidence_pools_and_survives_a_day_without_it() -> None:
+    day1 = led(0.005, 130.0, 0.004, 102.0)
+    day2 = led(0.005, 130.0, 0.002, 104.0)
+    pooled = day2.pooled(day1)
+    assert pooled.leading_unserved == pytest.approx(0.4 * 0.002 + 0.6 * 0.004)
+    assert pooled.leading_gpu_hours == pytest.approx(0.4 * 104 + 0.6 * 102)
+    # An earlier check without it: the new day's own numbers.
+    assert day2.pooled(evidence(0.005, 130.0)).leading_unserved == pytest.approx(0.002)
+    assert not evidence(0.005, 130.0).pooled(day1).led
+    with pytest.raises(ValueError, match="both"):
+        Evidence(0.0, 1.0, 0.0, 1.0, CURVE, 0.1, None)
+
+
 def test_evidence_must_be_numbers() -> None:
     with pytest.raises(ValueError, match="finite"):
         Evidence(math.nan, 1.0, 0.0, 1.0, CURVE)
@@ -106,17 +151,39 @@ def test_the_forecast_is_never_chosen_when_the_hpa_is_better_on_both_axes(
         assert verdict.ratio <= 0.8
 
 
+@given(unserved=fractions, gpu_hours=hours, lu=fractions, lg=hours)
+def test_the_led_hpa_is_never_chosen_when_the_hpa_is_better_on_both_axes(
+    unserved: float, gpu_hours: float, lu: float, lg: float
+) -> None:
+    verdict = judge(led(unserved, gpu_hours, lu, lg))
+    if lu >= HPA_07[1] and lg >= HPA_07[0]:
+        assert verdict.policy != "leading"
+    if verdict.policy == "leading":
+        assert verdict.leading_ratio is not None
+        assert verdict.leading_ratio <= 0.8
+
+
 # ----------------------------------------------------------------- planning as the HPA
 
 
-def _reactive_plan(hpa: int, current: int, *, windows: tuple[object, ...] = (), **fleet: object):
+def _reactive_plan(
+    hpa: int,
+    current: int,
+    *,
+    windows: tuple[object, ...] = (),
+    leading: float | None = None,
+    mean: float = 10.0,
+    now: float = 1_800_000_000.0,
+    forecast_at: float | None = None,
+    **fleet: object,
+):
     from prescaler.capacity import CapacityModel, TokenProfile
     from prescaler.planning import FleetState, PlanInputs, ScalingPolicy, plan
     from unit.fake_forecasts import Forecast, Point
 
-    now = 1_800_000_000.0
+    made = now if forecast_at is None else forecast_at
     # A forecast that asks for 12: in reactive mode it must not count.
-    forecast = Forecast(tuple(Point(now + 60 * (i + 1), 10.0, 12.0) for i in range(10)), now)
+    forecast = Forecast(tuple(Point(made + 60 * (i + 1), mean, 12.0) for i in range(10)), made)
     return plan(
         PlanInputs(
             now=now,
@@ -127,6 +194,7 @@ def _reactive_plan(hpa: int, current: int, *, windows: tuple[object, ...] = (), 
             forecast=forecast,
             windows=windows,  # type: ignore[arg-type]
             reactive_replicas=hpa,
+            leading_target=leading,
         )
     )
 
@@ -155,3 +223,41 @@ def test_in_reactive_mode_a_window_still_holds_its_floor() -> None:
     window = ScheduledWindow("sale", cron="0 * * * *", duration_seconds=3600, min_replicas=6)
     held = _reactive_plan(2, 2, windows=(window,))
     assert (held.desired_replicas, held.driver) == (6, "window")
+
+
+# ----------------------------------------------------------------- the HPA led by the forecast
+
+
+def test_leading_the_plan_is_the_hpas_count_or_the_forecast_at_the_hpas_target() -> None:
+    # One replica serves 1 req/s; the forecast's mean peaks at 3.5: at the HPA's 0.7 that
+    # is 5 replicas, ahead of an HPA that holds 2 (the upper band, 12, does not count).
+    up = _reactive_plan(2, 2, leading=0.7, mean=3.5)
+    assert (up.desired_replicas, up.driver) == (5, "forecast"), up.reason
+    assert "at the HPA's target 0.7 needs 5" in up.reason
+    assert up.forecast_mean_peak == pytest.approx(3.5)
+    # The HPA holding more: its count.
+    assert _reactive_plan(6, 6, leading=0.7, mean=3.5).desired_replicas == 6
+    # Without leading, the same forecast adds nothing.
+    assert _reactive_plan(2, 2, mean=3.5).desired_replicas == 2
+
+
+def test_leading_a_release_waits_out_the_hpas_window_and_no_longer() -> None:
+    now = 1_800_000_000.0
+    # Asked for 5 four minutes ago (the HPA's window is five): held.
+    held = _reactive_plan(
+        2, 5, leading=0.7, mean=0.5, recent_targets=((now - 240, 5),), last_scale_up_at=now - 900
+    )
+    assert (held.desired_replicas, held.driver) == (5, "memory"), held.reason
+    # Six minutes ago: released to what the HPA and the forecast need now.
+    gone = _reactive_plan(
+        2, 5, leading=0.7, mean=0.5, recent_targets=((now - 360, 5),), last_scale_up_at=now - 900
+    )
+    assert gone.target_replicas == 2
+    assert gone.desired_replicas < 5
+
+
+def test_leading_without_a_usable_forecast_is_the_hpa_alone() -> None:
+    now = 1_800_000_000.0
+    stale = _reactive_plan(2, 2, leading=0.7, mean=3.5, now=now, forecast_at=now - 7200)
+    assert stale.desired_replicas == 2
+    assert stale.forecast_mean_peak is None

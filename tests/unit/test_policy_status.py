@@ -107,3 +107,32 @@ def test_the_pooled_evidence_survives_in_the_status() -> None:
     pooled = 0.4 * PAYS.forecast_gpu_hours + 0.6 * DEAR.forecast_gpu_hours
     assert second.evidence.forecast_gpu_hours == pooled
     assert second.evidence.curve_unserved == [u for _, u in CURVE]
+
+
+LED = Evidence(0.005, 130.0, 0.01, 100.0, CURVE, 0.0045, 102.0)  # the led HPA: 0.49 of it
+
+
+def test_a_history_where_the_led_hpa_pays_starts_it_and_keeps_its_evidence() -> None:
+    status = policy_status(spec(), None, seed(LED, NOW), NOW)
+    assert (status.in_force, status.chosen_by) == ("leading", "history")
+    assert "led by the forecast" in status.reason
+    assert status.frontier_ratio == 5.0
+    assert status.leading_frontier_ratio is not None
+    assert 0.45 < status.leading_frontier_ratio < 0.5
+    stored = type(status).model_validate(status.model_dump(by_alias=True))
+    assert stored.evidence is not None
+    assert (stored.evidence.leading_unserved, stored.evidence.leading_gpu_hours) == (0.0045, 102.0)
+    # A day where it lies on the curve: pooled with the day before, it still lies below.
+    on_curve = Evidence(0.005, 130.0, 0.01, 100.0, CURVE, 0.0092, 102.0)
+    later = policy_status(spec(), stored, seed(on_curve, NOW + DAY), NOW + DAY)
+    assert (later.in_force, later.pending) == ("leading", 0)
+    assert later.evidence is not None
+    assert later.evidence.leading_unserved == 0.4 * 0.0092 + 0.6 * 0.0045
+
+
+def test_an_explicit_leading_policy_is_never_switched() -> None:
+    named = spec(policy="leading")
+    status = policy_status(named, None, seed(PAYS, NOW), NOW)
+    assert (status.in_force, status.chosen_by) == ("leading", "spec")
+    assert policy_status(named, status, seed(DEAR, NOW + DAY), NOW + DAY) == status
+    assert not check_due(named, status, NOW + DAY)

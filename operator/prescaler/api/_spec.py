@@ -773,7 +773,7 @@ _NO_ROLE_STANDBY = (
 )
 
 
-PlanningPolicy = Literal["auto", "forecast", "reactive"]
+PlanningPolicy = Literal["auto", "forecast", "reactive", "leading"]
 """``spec.policy``: how a pool plans (:class:`InferencePoolSpec`)."""
 
 
@@ -811,12 +811,15 @@ class InferencePoolSpec(WireModel):
     policy: PlanningPolicy = "auto"
     """How the pool plans its replicas: ``forecast`` (ahead of demand, on the forecast and
     the risk model), ``reactive`` (as its shadow HPA would, at the pool's HPA target,
-    still honouring windows, standby, prewarm, degradation and ``minReplicas``), or
-    ``auto``: the one that lies best against the HPA's curve on the pool's own history,
-    replayed under both (the forecast only with a clear margin below the curve, the
-    cheaper within it), re-checked daily with hysteresis. ``status.policy`` says which is
-    in force, why and since when. A pool without ``forecast`` plans on its windows and
-    floor alone, whatever this says."""
+    still honouring windows, standby, prewarm, degradation and ``minReplicas``),
+    ``leading`` (as ``reactive``, with the forecast as the HPA's second metric: the
+    forecast mean's peak over the lookahead at the HPA's target, so scale-ups come one
+    lookahead early and releases as the HPA's), or ``auto``: the one that lies best
+    against the HPA's curve on the pool's own history, replayed under each (the forecast
+    or the led HPA only with a clear margin below the curve, the cheaper within it),
+    re-checked daily with hysteresis. ``status.policy`` says which is in force, why and
+    since when. A pool without ``forecast`` plans on its windows and floor alone, whatever
+    this says."""
     schedules: list[WindowSpec] = Field(
         default_factory=list,
         max_length=64,

@@ -709,7 +709,7 @@ class RolesStatus(WireModel):
 
 
 class EvidenceStatus(WireModel):
-    """Both ways of planning on the replayed demand, pooled over the daily checks so far:
+    """The ways of planning on the replayed demand, pooled over the daily checks so far:
     the shares of demand left waiting and the GPU-hours (per replayed day)."""
 
     forecast_unserved: float = Field(ge=0)
@@ -724,14 +724,20 @@ class EvidenceStatus(WireModel):
     """The HPA swept over its target (0.5 to 0.9): what each point left waiting."""
     curve_gpu_hours: list[Annotated[float, Field(ge=0)]] = Field(max_length=16)
     """...and what each spent."""
+    leading_unserved: float | None = Field(default=None, ge=0)
+    """The HPA led by the forecast (``spec.policy: leading``): the share of demand it left
+    waiting."""
+    leading_gpu_hours: float | None = Field(default=None, ge=0)
+    """The HPA led by the forecast: its GPU-hours."""
 
 
 class PolicyStatus(WireModel):
     """How the pool plans now (``spec.policy``), why and since when."""
 
-    in_force: Literal["forecast", "reactive"]
+    in_force: Literal["forecast", "reactive", "leading"]
     """``forecast``: ahead of demand, on the forecast and the risk model; ``reactive``: as
-    its shadow HPA would (its count, at the pool's HPA target)."""
+    its shadow HPA would (its count, at the pool's HPA target); ``leading``: that count, or
+    what the forecast mean's peak over the lookahead needs at the HPA's target if more."""
     chosen_by: Literal["spec", "history"] = "spec"
     """``spec``: ``spec.policy`` names it; ``history``: ``auto`` chose it on the pool's
     replayed history (the first replay, then one a day)."""
@@ -746,6 +752,8 @@ class PolicyStatus(WireModel):
     """The forecast's unserved demand over the HPA curve's at the same GPU-hours, at the
     last check (1: on the HPA's curve; ``None``: neither left any demand waiting; a very
     large number: the curve left none there and the forecast did)."""
+    leading_frontier_ratio: float | None = None
+    """The same for the HPA led by the forecast."""
     pending: int = Field(default=0, ge=0)
     """Checks in a row that favoured the other policy (a switch needs two)."""
     switches: int = Field(default=0, ge=0)
@@ -768,4 +776,5 @@ class InferencePoolStatus(FleetStatus):
     served_by: ServedByStatus | None = None
     """The operator replica and shard that serve the pool (sharded operators only)."""
     policy: PolicyStatus | None = None
-    """How the pool plans now: on the forecast or as its HPA would (``spec.policy``)."""
+    """How the pool plans now: on the forecast, as its HPA would, or as its HPA led by the
+    forecast would (``spec.policy``)."""

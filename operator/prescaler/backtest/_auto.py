@@ -1,10 +1,12 @@
-"""``spec.policy: auto`` in a replay: both candidates on the same demand, a daily verdict.
+"""``spec.policy: auto`` in a replay: the candidates on the same demand, a daily verdict.
 
-The operator replays a pool's history under the forecast planner and under the HPA swept
-over its target, and weighs the two (:func:`prescaler.planning.recheck`): on its history
-when the pool is new, then once a day. A replay does the same on the demand it replays:
+The operator replays a pool's history under the forecast planner, the HPA led by the
+forecast and the HPA swept over its target, and weighs them
+(:func:`prescaler.planning.recheck`): on its history when the pool is new, then once a
+day. A replay does the same on the demand it replays:
 
-1. :func:`candidates` runs the forecast planner (the spec with ``policy: forecast``) and
+1. :func:`candidates` runs the forecast planner (the spec with ``policy: forecast``), the
+   HPA at the pool's target led by that planner's forecasts (:class:`LeadingPolicy`), and
    the HPA at each target of :data:`HPA_SWEEP` (and the pool's own), each on a fleet of
    its own, from one day before the replayed span where the demand has it (that day is
    the history a new pool would replay);
@@ -25,7 +27,7 @@ from typing import TYPE_CHECKING
 
 from prescaler.api import InferencePoolSpec
 from prescaler.backtest._demand import MINUTE, Demand
-from prescaler.backtest._policies import PredictivePolicy
+from prescaler.backtest._policies import LeadingPolicy, PredictivePolicy, recorded_peaks
 from prescaler.backtest._report import BacktestResult, run_backtest
 from prescaler.backtest._simulate import FleetConfig
 from prescaler.capacity import CapacityModel
@@ -39,6 +41,7 @@ __all__ = [
     "CHECK_SECONDS",
     "FORECAST_CANDIDATE",
     "HPA_SWEEP",
+    "LEADING_CANDIDATE",
     "auto_schedule",
     "candidates",
     "daily_choices",
@@ -53,6 +56,8 @@ CHECK_SECONDS = ReconcileSettings().policy_check_seconds
 """How often the choice is re-checked, and over how much demand (the operator's default)."""
 FORECAST_CANDIDATE = "forecast"
 """The forecast planner's run among the candidates."""
+LEADING_CANDIDATE = "leading"
+"""The HPA led by the forecast planner's forecasts, among the candidates."""
 
 
 def hpa_name(target: float) -> str:
@@ -72,7 +77,8 @@ def candidates(
     options: ReplayOptions,
     lead_in_seconds: float = CHECK_SECONDS,
 ) -> tuple[BacktestResult, PredictivePolicy]:
-    """The forecast planner and the swept HPAs, each on its own fleet, on ``demand`` from
+    """The forecast planner, the HPA led by its forecasts and the swept HPAs, each on its
+    own fleet, on ``demand`` from
     ``lead_in_seconds`` before its replayed span (as far as its warm-up allows: the
     forecaster keeps at least as much history as the span gives up); and the forecast
     planner's policy as it ended (its risk model is what the replay learnt)."""
@@ -86,13 +92,23 @@ def candidates(
         forecast_spec(spec), earlier, capacity=capacity, config=config, options=options
     )
     forecast.name = FORECAST_CANDIDATE
+    peaks: list[tuple[float, float | None]] = []
+    forecast.on_plan = lambda decision: peaks.append((decision.now, decision.forecast_mean_peak))
+    # Runs after the forecast planner's (the runs go in order), on the peaks it recorded.
+    leading = LeadingPolicy(
+        reactive_policy(config, options.hpa_target),
+        recorded_peaks(peaks),
+        capacity.replica_requests_per_second,
+        name=LEADING_CANDIDATE,
+    )
     targets = sorted({*HPA_SWEEP, options.hpa_target})
     hpas = []
     for target in targets:
         hpa = reactive_policy(config, target)
         hpa.name = hpa_name(target)
         hpas.append(hpa)
-    return run_backtest(earlier, [forecast, *hpas], config, degradation=None), forecast
+    runs = run_backtest(earlier, [forecast, leading, *hpas], config, degradation=None)
+    return runs, forecast
 
 
 def evidence_in(scores: Mapping[str, Mapping[str, float | int]], hpa_target: float) -> Evidence:
@@ -104,12 +120,15 @@ def evidence_in(scores: Mapping[str, Mapping[str, float | int]], hpa_target: flo
         for name, s in scores.items()
         if name.startswith("hpa-")
     )
+    led = scores.get(LEADING_CANDIDATE)
     return Evidence(
         forecast_unserved=float(forecast["unserved_token_fraction"]),
         forecast_gpu_hours=float(forecast["gpu_hours"]),
         reactive_unserved=float(own["unserved_token_fraction"]),
         reactive_gpu_hours=float(own["gpu_hours"]),
         hpa_curve=curve,
+        leading_unserved=None if led is None else float(led["unserved_token_fraction"]),
+        leading_gpu_hours=None if led is None else float(led["gpu_hours"]),
     )
 
 

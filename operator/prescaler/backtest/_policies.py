@@ -2,6 +2,7 @@
 
 * :class:`ReactivePolicy` - the Kubernetes HPA v2 algorithm, as the brief defines it.
 * :class:`PredictivePolicy` - the operator's forecaster and planner (the same code).
+* :class:`LeadingPolicy` - the HPA led by the forecast (``spec.policy: leading``).
 * :class:`OraclePolicy` - perfect foresight: the physical lower bound.
 * :class:`SmoothedOraclePolicy` - a reference: foresight of the demand's centred rolling
   mean, none of its noise (``k`` x that mean, planned like the oracle). The bound on what a
@@ -17,6 +18,7 @@ up to the metric lag. Only the oracle is handed the future, at construction.
 from __future__ import annotations
 
 import math
+from bisect import bisect_right
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -28,6 +30,7 @@ import pandas as pd
 from prescaler.backtest._fleet import replicas_needed
 from prescaler.capacity import CapacityModel, replicas_for
 from prescaler.planning import (
+    HPA_DOWNSCALE_SECONDS,
     Driver,
     FleetState,
     ForecastLike,
@@ -40,6 +43,7 @@ from prescaler.planning import (
     ScalingPolicy,
     ScheduledWindow,
     Spend,
+    leading_replicas,
     next_fleet_state,
     observe_risk,
     observed_rise,
@@ -128,7 +132,7 @@ class ReactivePolicy:
     target: float = 0.7
     scale_up_tolerance: float = 0.1
     scale_down_tolerance: float = 0.1
-    scale_down_stabilization_seconds: float = 300.0
+    scale_down_stabilization_seconds: float = HPA_DOWNSCALE_SECONDS
     sync_seconds: float = 15.0
     name: str = "reactive"
     _recommendations: deque[tuple[float, int]] | None = field(default=None, repr=False)
@@ -500,6 +504,8 @@ class PredictivePolicy:
     _observed: tuple[tuple[float, float], ...] = field(default=(), repr=False)
     """Recent observations, for the rise of the observed demand (as the operator keeps
     them)."""
+    last_plan: ScalePlan | None = field(default=None, init=False, repr=False)
+    """The last decision's plan."""
 
     @property
     def interval_seconds(self) -> float:
@@ -598,11 +604,65 @@ class PredictivePolicy:
             seconds + decision.desired_replicas * self.interval,
         )
         self._state = next_fleet_state(state, decision)
+        self.last_plan = decision
         self._forecast_usable = decision.forecast_usable
         self.standby = decision.standby_replicas
         if self.on_plan is not None:
             self.on_plan(decision)
         return decision.desired_replicas
+
+
+@dataclass
+class LeadingPolicy:
+    """The HPA led by the forecast (``spec.policy: leading``), as the operator plans it
+    (:attr:`prescaler.planning.PlanInputs.leading_target`): each decision the larger of the
+    HPA's count and what the forecast mean's peak over the lookahead needs at the HPA's
+    target (:func:`prescaler.planning.leading_replicas`); a release keeps the largest of
+    these over the HPA's scale-down window. ``mean_peak(now)`` is that peak as the forecast
+    planner's latest decision at or before ``now`` saw it (``None``: no usable forecast,
+    the HPA alone)."""
+
+    reactive: ReactivePolicy
+    mean_peak: Callable[[float], float | None]
+    replica_rate: float
+    """One replica's demand in the forecast's unit (the capacity model's requests/s)."""
+    name: str = "leading"
+    _held: deque[tuple[float, int]] = field(default_factory=deque, repr=False)
+
+    @property
+    def interval_seconds(self) -> float:
+        return self.reactive.sync_seconds
+
+    def count(self, obs: Observation, hpa: int) -> int:
+        """The count at ``obs.now`` given the HPA's ``hpa`` there."""
+        peak = self.mean_peak(obs.now)
+        lead = 0
+        if peak is not None:
+            lead = leading_replicas(peak, self.replica_rate, self.reactive.target)
+        want = max(hpa, min(lead, self.reactive.max_replicas))
+        held = self._held
+        while held and held[0][0] <= obs.now - HPA_DOWNSCALE_SECONDS:
+            held.popleft()
+        held.append((obs.now, want))
+        return max(r for _, r in held)
+
+    def decide(self, obs: Observation) -> int:
+        return self.count(obs, self.reactive.decide(obs))
+
+
+def recorded_peaks(record: Sequence[tuple[float, float | None]]) -> Callable[[float], float | None]:
+    """A :attr:`LeadingPolicy.mean_peak` from another run's decisions, ``(time, forecast
+    mean peak)`` in time order (a list that run may still be filling): the latest at or
+    before the time asked."""
+    times: list[float] = []
+
+    def at(now: float) -> float | None:
+        if len(times) != len(record):
+            times[:] = [t for t, _ in record]
+        i = bisect_right(times, now)
+        return record[i - 1][1] if i > 0 else None
+
+    return at
 
 
 class _PlannerFront:
@@ -648,11 +708,12 @@ class KedaPolicy(_PlannerFront):
 
 @dataclass
 class AutoPolicy(_PlannerFront):
-    """``spec.policy: auto`` (or a fixed ``reactive``), as the operator runs it: the
-    forecast planner and the HPA both decide at every step on this fleet, and the one in
-    force per ``schedule`` (``(from, policy)`` in time order, the choices the daily
-    re-checks made) is what the fleet gets. In reactive mode the scheduled windows still
-    hold their floors, as the operator's planner keeps them."""
+    """``spec.policy: auto`` (or a fixed ``reactive`` or ``leading``), as the operator runs
+    it: the forecast planner and the HPA both decide at every step on this fleet, and the
+    one in force per ``schedule`` (``(from, policy)`` in time order, the choices the daily
+    re-checks made) is what the fleet gets; in ``leading`` mode the HPA led by the forecast
+    planner's last forecast (:class:`LeadingPolicy`). In reactive and leading mode the
+    scheduled windows still hold their floors, as the operator's planner keeps them."""
 
     predictive: PredictivePolicy
     reactive: ReactivePolicy
@@ -660,6 +721,8 @@ class AutoPolicy(_PlannerFront):
     windows: ScheduleOnlyPolicy | None = None
     choices: Sequence[PolicyChoice] = ()
     """The daily re-checks' choices the schedule came from (none for a fixed policy)."""
+    leading: LeadingPolicy | None = None
+    """How ``leading`` mode counts (on ``reactive``'s count); ``None``: as ``reactive``."""
     name: str = "predictive"
     decisions: dict[PolicyName, int] = field(default_factory=dict)
     """Decisions made in each mode."""
@@ -684,4 +747,6 @@ class AutoPolicy(_PlannerFront):
         if mode == "forecast":
             return planned
         floor = self.windows.decide(obs) if self.windows is not None else 0
+        if mode == "leading" and self.leading is not None:
+            hpa = self.leading.count(obs, hpa)
         return max(hpa, floor)

@@ -46,6 +46,7 @@ from prescaler.backtest._levels import DegradationSetup
 from prescaler.backtest._policies import (
     AutoPolicy,
     KedaPolicy,
+    LeadingPolicy,
     OraclePolicy,
     PersistencePolicy,
     Policy,
@@ -378,8 +379,9 @@ def planned_policy(
 ) -> PredictivePolicy | AutoPolicy:
     """The pool as the operator plans it, per ``spec.policy``: the forecast planner
     (``forecast``, or any pool without ``spec.forecast``), the HPA at the pool's target
-    with the windows' floors (``reactive``), or the one the daily re-checks choose on the
-    replayed demand (``auto``, :mod:`prescaler.backtest._auto`)."""
+    with the windows' floors (``reactive``), that HPA led by the forecast (``leading``), or
+    the one the daily re-checks choose on the replayed demand (``auto``,
+    :mod:`prescaler.backtest._auto`)."""
     predictive = predictive_policy(spec, demand, capacity=capacity, config=config, options=options)
     if spec.forecast is None or spec.policy == "forecast":
         return predictive
@@ -399,14 +401,30 @@ def planned_policy(
             options=options,
         )
         choices = daily_choices(runs, options.hpa_target, first_at=demand.replay_start)
-    fixed: PolicyName | None = "reactive" if spec.policy == "reactive" else None
+    fixed: PolicyName | None = None
+    if spec.policy in ("reactive", "leading"):
+        fixed = "reactive" if spec.policy == "reactive" else "leading"
+    reactive = reactive_policy(config, options.hpa_target)
+
+    def mean_peak(_now: float) -> float | None:
+        last = predictive.last_plan
+        return None if last is None else last.forecast_mean_peak
+
+    leading = LeadingPolicy(reactive, mean_peak, capacity.replica_requests_per_second)
     return AutoPolicy(
         predictive,
-        reactive_policy(config, options.hpa_target),
+        reactive,
         auto_schedule(choices, fixed),
         floors,
         choices,
+        leading,
     )
+
+
+def _json_ratio(ratio: float | None) -> float | str | None:
+    if ratio is None:
+        return None
+    return round(ratio, 4) if math.isfinite(ratio) else "inf"
 
 
 def degradation_setup(
@@ -480,11 +498,8 @@ class Backtest:
                     {
                         "at": c.checked_at,
                         "policy": c.policy,
-                        "frontier_ratio": (
-                            None
-                            if c.ratio is None
-                            else (round(c.ratio, 4) if math.isfinite(c.ratio) else "inf")
-                        ),
+                        "frontier_ratio": _json_ratio(c.ratio),
+                        "leading_frontier_ratio": _json_ratio(c.leading_ratio),
                     }
                     for c in policy.choices
                 ],

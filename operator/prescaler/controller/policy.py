@@ -4,7 +4,9 @@ A pool that names ``forecast`` or ``reactive`` plans that way. One with ``auto``
 default) plans on the forecast until its history has been replayed, then with what the
 replay's evidence says (:func:`prescaler.planning.recheck`): the first verdict at once,
 later ones, from the replay asked for once a day (:func:`check_due`), after two in a row.
-In reactive mode the plan is the count the pool's shadow HPA holds (:func:`reactive_count`).
+In reactive and leading mode the plan starts from the count the pool's shadow HPA holds
+(:func:`reactive_count`); leading adds the forecast at the HPA's target
+(:attr:`prescaler.planning.PlanInputs.leading_target`).
 
 Pure: the status and the seed in, the status out; the reconcile posts the Event and sets
 the metric on a switch.
@@ -62,6 +64,8 @@ def _evidence(status: EvidenceStatus | None) -> Evidence | None:
             status.hpa_unserved,
             status.hpa_gpu_hours,
             tuple(zip(status.curve_gpu_hours, status.curve_unserved, strict=True)),
+            status.leading_unserved if status.leading_gpu_hours is not None else None,
+            status.leading_gpu_hours if status.leading_unserved is not None else None,
         )
     except ValueError:  # garbage in an old status: the next check starts afresh
         return None
@@ -77,7 +81,13 @@ def _evidence_status(evidence: Evidence | None) -> EvidenceStatus | None:
         hpa_gpu_hours=round(evidence.reactive_gpu_hours, 4),
         curve_unserved=[round(u, 8) for _, u in evidence.hpa_curve],
         curve_gpu_hours=[round(g, 4) for g, _ in evidence.hpa_curve],
+        leading_unserved=_rounded(evidence.leading_unserved, 8),
+        leading_gpu_hours=_rounded(evidence.leading_gpu_hours, 4),
     )
+
+
+def _rounded(x: float | None, digits: int) -> float | None:
+    return None if x is None else round(x, digits)
 
 
 def _choice(previous: PolicyStatus | None) -> PolicyChoice | None:
@@ -96,7 +106,12 @@ def _choice(previous: PolicyStatus | None) -> PolicyChoice | None:
         previous.pending,
         previous.switches,
         _evidence(previous.evidence),
+        previous.leading_frontier_ratio,
     )
+
+
+def _ratio(ratio: float | None) -> float | None:
+    return None if ratio is None else round(min(ratio, 1e9), 4)
 
 
 def _status(choice: PolicyChoice) -> PolicyStatus:
@@ -107,7 +122,8 @@ def _status(choice: PolicyChoice) -> PolicyStatus:
         since=rfc3339(choice.since),
         reason=choice.reason[:1024],
         checked_at=rfc3339(choice.checked_at),
-        frontier_ratio=None if ratio is None else round(min(ratio, 1e9), 4),
+        frontier_ratio=_ratio(ratio),
+        leading_frontier_ratio=_ratio(choice.leading_ratio),
         pending=choice.pending,
         switches=choice.switches,
         evidence=_evidence_status(choice.evidence),

@@ -496,11 +496,14 @@ class Reconciler:
             sizing = risk_sizing(risk, objective, now)
         policy = None
         reactive = None
+        leading_target: float | None = None
         if role is None:  # a disaggregated pool's roles plan on their forecasts
             evidence = checked.seed if checked is not None else None
             policy = policy_status(spec, previous.policy, evidence, now)
-            if policy.in_force == "reactive" and shadow is not None:
+            if policy.in_force in ("reactive", "leading") and shadow is not None:
                 reactive = reactive_count(shadow, gathered.current_replicas)
+                if policy.in_force == "leading":
+                    leading_target = shadow.setup.target
         key = fleet_key(pool.uid, role)
         snapshot = gathered.snapshot
         at, observed = (snapshot.at, snapshot.demand) if snapshot else (now, None)
@@ -517,6 +520,7 @@ class Reconciler:
             observed_rise(recent, at, observed),
             reactive,
             directions_left(shadow.state, now) if shadow is not None else None,
+            leading_target,
         )
         self._observed[key] = remember_observation(recent, at, observed)
         decision, change = external.govern(spec, pool.generation, examined, decision)
@@ -643,7 +647,10 @@ class Reconciler:
         """One Event per switch of the policy in force, and the metric."""
         self.metrics.set_policy(pool.namespace, pool.name, policy.in_force)
         if switched(previous, policy):
-            how = "its HPA would" if policy.in_force == "reactive" else "its forecast says"
+            how = {
+                "reactive": "its HPA would",
+                "leading": "its HPA would, led by its forecast",
+            }.get(policy.in_force, "its forecast says")
             await self.kube.post_event(
                 pool.ref,
                 "Normal",
@@ -1406,6 +1413,7 @@ def decide(
     rise: float | None = None,
     reactive: int | None = None,
     direction_budget: int | None = None,
+    leading_target: float | None = None,
 ) -> ScalePlan:
     """The planner's inputs from what was gathered, and its decision (pure). ``risk`` is
     the peak risk model's margin (see :func:`prescaler.controller.status.learn_risk`);
@@ -1413,7 +1421,8 @@ def decide(
     observed demand rose lately (:func:`prescaler.planning.observed_rise`); ``reactive``
     the count the pool's HPA holds, when the pool plans as its HPA would;
     ``direction_budget`` the direction changes the fleet may still make
-    (:func:`prescaler.backtest.direction_budget`)."""
+    (:func:`prescaler.backtest.direction_budget`); ``leading_target`` the HPA's target,
+    when the forecast leads the HPA (``PlanInputs.leading_target``)."""
     snapshot = gathered.snapshot
     observed = snapshot.demand if snapshot else None
     hot = spec.standby.hot.replicas > 0
@@ -1451,5 +1460,6 @@ def decide(
             decision_interval_seconds=interval_seconds,
             reactive_replicas=reactive,
             direction_budget=direction_budget,
+            leading_target=leading_target,
         )
     )

@@ -16,6 +16,7 @@ from prescaler.planning._degradation import (
 )
 from prescaler.planning._drain import DrainPlan, PodLoad, drain_plan
 from prescaler.planning._planner import (
+    HPA_DOWNSCALE_SECONDS,
     Action,
     DemandPoint,
     Driver,
@@ -25,6 +26,7 @@ from prescaler.planning._planner import (
     PlanInputs,
     ScalePlan,
     ScalingPolicy,
+    leading_replicas,
     next_fleet_state,
     observed_rise,
     plan,
@@ -77,6 +79,7 @@ __all__ = [
     "BUDGET_MAX_TARGET",
     "BUDGET_MEMORY_SECONDS",
     "BUDGET_RATE",
+    "HPA_DOWNSCALE_SECONDS",
     "LEVELS",
     "LEVEL_BUCKETS",
     "LOG_BINS",
@@ -124,6 +127,7 @@ __all__ = [
     "forecast_shortfall",
     "frontier_ratio",
     "judge",
+    "leading_replicas",
     "next_fleet_state",
     "observe_risk",
     "observed_rise",

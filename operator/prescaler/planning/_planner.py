@@ -93,7 +93,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Literal, Protocol
 
-from prescaler.capacity import CapacityModel, Constraint, DemandUnit
+from prescaler.capacity import CapacityModel, Constraint, DemandUnit, replicas_for
 from prescaler.planning._risk import (
     PEAK_CEILING,
     PeakRisk,
@@ -116,6 +116,11 @@ fleet that serves its demand with this share to spare, so a release waits until 
 decision of the memory fits in fewer replicas with that share to spare. An HPA does not
 act on a load within 10 % of its target; without it, a demand that hovers near a replica's
 edge added and released that replica again and again."""
+
+HPA_DOWNSCALE_SECONDS = 300.0
+"""Kubernetes' HPA scale-down stabilization window (its default behaviour): the largest
+recommendation of this window holds. A pool that leads its HPA keeps its requirement as
+long (``PlanInputs.leading_target``)."""
 
 Mode = Literal["replicas", "hpaFloor", "kedaTrigger"]
 ScaleDownMode = Literal["forecast", "paced"]
@@ -301,6 +306,14 @@ class PlanInputs:
     pool plans as its HPA would (``spec.policy``): that count replaces what the forecast,
     the observation and the queue ask, and nothing is remembered beyond it (the HPA's own
     stabilization is in the count). Windows, standby and the bounds apply as ever."""
+    leading_target: float | None = None
+    """With ``reactive_replicas``: the pool *leads* its HPA (``spec.policy: leading``). The
+    forecast is the HPA's second metric, an External one at this target utilization: the
+    forecast mean's peak over the lookahead needs :func:`leading_replicas`, and the larger
+    of that and the HPA's count is the requirement, so a scale-up the forecast sees is asked
+    for one lookahead before the demand shows it. A release keeps the largest requirement
+    of the last :data:`HPA_DOWNSCALE_SECONDS`, as the HPA's scale-down window keeps its
+    largest recommendation; no longer. ``None``: the HPA's count alone."""
     direction_budget: int | None = None
     """How many more times the fleet may change direction over the trailing day: the
     shadow HPA's direction changes in it less the fleet's
@@ -355,6 +368,9 @@ class ScalePlan:
     risk_unit: float | None = None
     """With the risk model: the typical demand (at least one replica's capacity) the
     margin also covers: it sizes ``(base + unit) x margin - unit``."""
+    forecast_mean_peak: float | None = None
+    """The usable forecast mean's largest value within the lookahead, in the demand's unit
+    (``None`` without a usable forecast): what a pool that leads its HPA sizes on."""
 
     @property
     def changed(self) -> bool:
@@ -408,6 +424,15 @@ def _replica_rate(capacity: CapacityModel) -> float:
     except (OverflowError, ValueError):
         return 0.0
     return rate if math.isfinite(rate) and rate > 0 else 0.0
+
+
+def leading_replicas(mean_peak: float, replica_rate: float, target: float) -> int:
+    """The replicas an HPA at ``target`` utilization would hold for the forecast mean's
+    peak (``replica_rate``: one replica's demand); 0 for a peak or rate that is not a
+    positive number."""
+    if not (math.isfinite(mean_peak) and mean_peak > 0 and replica_rate > 0 and target > 0):
+        return 0
+    return replicas_for(mean_peak, target * replica_rate)
 
 
 def _remember(
@@ -521,6 +546,7 @@ def plan(inputs: PlanInputs) -> ScalePlan:
     step = inputs.forecast.step_seconds if inputs.forecast is not None else 0.0
     in_lookahead = [p for p in points if p.t - step <= horizon_end]
     peak = max((p.upper for p in in_lookahead), default=None)
+    forecast_mean_peak = max((p.mean for p in in_lookahead), default=None)
     # A replica released now is not added back within the stabilization period (that
     # would be a second direction change), so a release keeps what that period needs too.
     keep_until = horizon_end + policy.scale_down_stabilization_seconds
@@ -646,6 +672,20 @@ def plan(inputs: PlanInputs) -> ScalePlan:
         # Planning as the HPA would: its count is what demand asks for.
         n = max(0, reactive)
         candidates = [(n, "compute", f"reactive: the pool's HPA holds {n}", "reactive")]
+        lead = inputs.leading_target
+        if lead is not None and forecast_mean_peak is not None:
+            k = min(leading_replicas(forecast_mean_peak, _replica_rate(capacity), lead), 10**9)
+            if k > n:
+                candidates.append(
+                    (
+                        k,
+                        "compute",
+                        f"leading: the forecast mean's peak {forecast_mean_peak:.3g} "
+                        f"{capacity.unit.name} within {lookahead:.0f}s at the HPA's target "
+                        f"{lead:g} needs {k} (the HPA holds {n})",
+                        "forecast",
+                    )
+                )
 
     # What demand asks for (forecast, observation, queue): the memory keeps these only, as
     # a window's floor is known in advance and ends when the window does.
@@ -701,6 +741,8 @@ def plan(inputs: PlanInputs) -> ScalePlan:
     # remembered with the HPA's tolerance to spare (this decision's too): a demand within
     # it of the fleet's edge holds the fleet, as it holds an HPA.
     memory = lookahead + period * (RISK_MEMORY_PERIODS if risk_sized is not None else 1)
+    if inputs.leading_target is not None and reactive is not None:
+        memory = max(memory, HPA_DOWNSCALE_SECONDS)
     spared = demand_target
     if risk_sized is not None and demand_rate is not None and math.isfinite(demand_rate):
         spared = capacity.required(demand_rate * (1 + RELEASE_TOLERANCE)).replicas
@@ -708,6 +750,11 @@ def plan(inputs: PlanInputs) -> ScalePlan:
     recent = _remember(fleet.recent_targets, now, spared, memory)
     if not idle and reactive is None:
         remembered = max((r for _, r in recent), default=0)
+        if min(remembered, policy.max_replicas) > hard_floor:
+            hard_floor, floor_driver = min(remembered, policy.max_replicas), "memory"
+    elif not idle and inputs.leading_target is not None and reactive is not None:
+        # Leading its HPA: the HPA's scale-down window over both metrics.
+        remembered = max((r for t, r in recent if now - t < HPA_DOWNSCALE_SECONDS), default=0)
         if min(remembered, policy.max_replicas) > hard_floor:
             hard_floor, floor_driver = min(remembered, policy.max_replicas), "memory"
     blind = policy.scale_down_requires_observation and not seen
@@ -831,6 +878,7 @@ def plan(inputs: PlanInputs) -> ScalePlan:
         risk_base=risk_base,
         risk_sized=risk_sized,
         risk_unit=risk_unit,
+        forecast_mean_peak=forecast_mean_peak,
     )
 
 

@@ -1,17 +1,22 @@
-"""Which way a pool plans, from its own evidence: on the forecast, or as its HPA would.
+"""Which way a pool plans, from its own evidence: on the forecast, as its HPA would, or
+as its HPA would with the forecast leading it.
 
 Not every pool's traffic can be foretold. A pool that sets ``spec.policy: auto`` (the
-default) replays its own recent demand under both candidates (the forecast planner at
-the pool's settings, and the HPA algorithm at a sweep of targets) and plans with the one
-that lies best against the HPA's curve on that demand:
+default) replays its own recent demand under the candidates (the forecast planner at the
+pool's settings; the HPA algorithm at a sweep of targets; and the HPA led by the forecast,
+which adds the forecast mean's peak over the lookahead as a second metric) and plans with
+the one that lies best against the HPA's curve on that demand:
 
-* The **frontier ratio** of the forecast planner is its unserved demand over the HPA
-  curve's at the same GPU-hours (:func:`frontier_ratio`). The reactive policy lies on that
-  curve: its ratio is 1 by definition.
+* The **frontier ratio** of a candidate is its unserved demand over the HPA curve's at
+  the same GPU-hours (:func:`frontier_ratio`). The reactive policy lies on that curve: its
+  ratio is 1 by definition.
 * The forecast is chosen with a clear margin below the curve (ratio at most
   ``1 - margin``); within the margin of it, the cheaper of the two by GPU-hours; beyond
   it, or dearer than the HPA at its dearest target (beyond its whole curve, where no
   reading of the curve stands), the reactive policy (:func:`judge`).
+* The led HPA (``leading``) takes the place of either when it lies clearly below the
+  curve too, and clearly below the forecast: it never releases sooner than the HPA, so it
+  is never the cheaper; it can only be the less short.
 * The first verdict (from the history a new pool replays) is taken at once. Later ones
   (a daily re-check) weigh the day pooled with the days before it (about three count),
   and switch only when the other candidate wins on ``days`` checks in a row
@@ -41,7 +46,7 @@ __all__ = [
     "recheck",
 ]
 
-PolicyName = Literal["forecast", "reactive"]
+PolicyName = Literal["forecast", "reactive", "leading"]
 
 POLICY_MARGIN = 0.2
 """How clearly the forecast must lie below the HPA's curve to be chosen (frontier ratio at
@@ -69,19 +74,30 @@ class Evidence:
     reactive_gpu_hours: float
     hpa_curve: tuple[tuple[float, float], ...]
     """The HPA swept over its target: ``(gpu_hours, unserved)`` points."""
+    leading_unserved: float | None = None
+    """The HPA led by the forecast: its unserved share (``None``: not replayed)."""
+    leading_gpu_hours: float | None = None
 
     def __post_init__(self) -> None:
+        if (self.leading_unserved is None) != (self.leading_gpu_hours is None):
+            raise ValueError("the led HPA's evidence needs both its numbers")
         numbers = (
             self.forecast_unserved,
             self.forecast_gpu_hours,
             self.reactive_unserved,
             self.reactive_gpu_hours,
             *(x for point in self.hpa_curve for x in point),
+            *((self.leading_unserved, self.leading_gpu_hours) if self.led else ()),
         )
         if not all(math.isfinite(x) and x >= 0 for x in numbers):
             raise ValueError("evidence must be finite and non-negative")
         if len(self.hpa_curve) < 2:
             raise ValueError("the HPA's curve needs at least two points")
+
+    @property
+    def led(self) -> bool:
+        """Whether the HPA led by the forecast was replayed too."""
+        return self.leading_unserved is not None and self.leading_gpu_hours is not None
 
     def pooled(self, earlier: Evidence | None, weight: float = POOL_WEIGHT) -> Evidence:
         """This evidence weighed with what earlier checks pooled: each number the mean of
@@ -94,6 +110,11 @@ class Evidence:
         def mix(new: float, old: float) -> float:
             return weight * new + (1 - weight) * old
 
+        lu, lg = self.leading_unserved, self.leading_gpu_hours
+        eu, eg = earlier.leading_unserved, earlier.leading_gpu_hours
+        if lu is not None and lg is not None and eu is not None and eg is not None:
+            lu, lg = mix(lu, eu), mix(lg, eg)
+        # else: the first check that replayed it weighs its own numbers (or none were)
         return Evidence(
             mix(self.forecast_unserved, earlier.forecast_unserved),
             mix(self.forecast_gpu_hours, earlier.forecast_gpu_hours),
@@ -103,6 +124,8 @@ class Evidence:
                 (mix(g, g0), mix(u, u0))
                 for (g, u), (g0, u0) in zip(self.hpa_curve, earlier.hpa_curve, strict=True)
             ),
+            lu,
+            lg,
         )
 
 
@@ -115,6 +138,8 @@ class Verdict:
     """The forecast's frontier ratio (``inf``: the curve leaves nothing waiting there and
     the forecast does; ``None``: neither leaves anything waiting)."""
     reason: str
+    leading_ratio: float | None = None
+    """The led HPA's frontier ratio, where it was replayed."""
 
 
 def frontier_ratio(
@@ -146,10 +171,36 @@ def frontier_ratio(
 
 
 def judge(evidence: Evidence, margin: float = POLICY_MARGIN) -> Verdict:
-    """The candidate the evidence favours (see the module docstring)."""
+    """The candidate the evidence favours (see the module docstring): the forecast or the
+    reactive policy as :func:`_forecast_or_reactive` weighs them, unless the led HPA lies
+    at most ``1 - margin`` of the curve and, where the forecast was chosen, ``margin``
+    below the forecast's ratio too."""
     if not 0 <= margin < 1:
         raise ValueError("the margin must be in [0, 1)")
+    verdict = _forecast_or_reactive(evidence, margin)
     e = evidence
+    if e.leading_unserved is None or e.leading_gpu_hours is None:
+        return verdict
+    ratio = frontier_ratio(e.leading_unserved, e.leading_gpu_hours, e.hpa_curve)
+    verdict = replace(verdict, leading_ratio=ratio)
+    if ratio is None or ratio > 1 - margin:
+        return verdict
+    if e.leading_gpu_hours > max(gpu for gpu, _ in e.hpa_curve):
+        return verdict
+    cost = e.leading_gpu_hours / e.reactive_gpu_hours if e.reactive_gpu_hours > 0 else math.inf
+    led = (
+        f"the HPA led by the forecast left {e.leading_unserved:.3%} waiting at {cost:.2f} x "
+        f"the HPA's GPU-hours: {ratio:.2f} of its curve"
+    )
+    if verdict.policy == "forecast":
+        if verdict.ratio is None or ratio > verdict.ratio - margin:
+            return verdict
+        return replace(verdict, policy="leading", reason=f"{led}, below {verdict.reason}")
+    return replace(verdict, policy="leading", reason=f"{led}; {verdict.reason}")
+
+
+def _forecast_or_reactive(e: Evidence, margin: float) -> Verdict:
+    """The forecast against the reactive policy (see the module docstring)."""
     ratio = frontier_ratio(e.forecast_unserved, e.forecast_gpu_hours, e.hpa_curve)
     cost = e.forecast_gpu_hours / e.reactive_gpu_hours if e.reactive_gpu_hours > 0 else math.inf
     said = (
@@ -195,6 +246,8 @@ class PolicyChoice:
     switches: int = 0
     evidence: Evidence | None = None
     """The evidence pooled over the checks so far (:meth:`Evidence.pooled`)."""
+    leading_ratio: float | None = None
+    """The led HPA's frontier ratio at that check (``None`` where it was not replayed)."""
 
 
 def recheck(
@@ -210,8 +263,11 @@ def recheck(
     in a row."""
     pooled = evidence.pooled(choice.evidence if choice is not None else None)
     verdict = judge(pooled, margin)
+    led = verdict.leading_ratio
     if choice is None:
-        return PolicyChoice(verdict.policy, now, verdict.reason, now, verdict.ratio, 0, 0, pooled)
+        return PolicyChoice(
+            verdict.policy, now, verdict.reason, now, verdict.ratio, 0, 0, pooled, led
+        )
     if verdict.policy == choice.policy:
         return replace(
             choice,
@@ -220,6 +276,7 @@ def recheck(
             ratio=verdict.ratio,
             pending=0,
             evidence=pooled,
+            leading_ratio=led,
         )
     pending = choice.pending + 1
     if pending < days:
@@ -231,6 +288,7 @@ def recheck(
             ratio=verdict.ratio,
             pending=pending,
             evidence=pooled,
+            leading_ratio=led,
         )
     return PolicyChoice(
         verdict.policy,
@@ -241,4 +299,5 @@ def recheck(
         0,
         choice.switches + 1,
         pooled,
+        led,
     )
