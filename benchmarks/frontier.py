@@ -480,12 +480,13 @@ def plot(name: str, cold: int, points: list[Point], path: Path) -> None:
 
 def policy_days(name: str, cold: int) -> str:
     """The default's daily choices on one trace: the replayed days planned on the forecast
-    (the policy in force as each day starts), and how often the policy switched."""
+    and led by it (the policy in force as each day starts), and how often the policy
+    switched."""
     held = CHOICES.get((name, cold), [])
     if not held:
         return "–"
     switches = sum(a != b for a, b in itertools.pairwise(held))
-    return f"{held.count('forecast')} of {len(held)}, {switches}"
+    return f"{held.count('forecast')} / {held.count('leading')} of {len(held)}, {switches}"
 
 
 def _fmt(x: float | None) -> str:
@@ -497,7 +498,7 @@ def headline_section(results: list[tuple[str, int, list[Point], Path]]) -> str:
     lines = [
         "| trace | cold start | unserved ÷ HPA | GPU-h ÷ HPA | frontier ratio | "
         "share of the gap closed | direction changes / day (HPA at 0.7) | "
-        "policy (auto): days on the forecast, switches |",
+        "policy (auto): days on the forecast / led by it, switches |",
         "|---|---|---:|---:|---:|---:|---:|---|",
     ]
     for name, cold, points, _ in results:

@@ -1,28 +1,15 @@
-"""The HPA led by the forecast (``spec.policy: leading``) in a replay: the HPA's count, or
-what the forecast mean's peak needs at the HPA's target if more, held for the HPA's
-scale-down window; without a forecast, the HPA alone."""
+"""The HPA led by the forecast (``spec.policy: leading``): the forecast at the HPA's target,
+and its replay beside the forecast planner on the same forecasts, made once."""
 
 from __future__ import annotations
 
 import pandas as pd
 
-from prescaler.backtest import Observation, ReactivePolicy
-from prescaler.backtest._policies import LeadingPolicy, recorded_peaks
-from prescaler.planning import HPA_DOWNSCALE_SECONDS, leading_replicas
+from prescaler.backtest._policies import SharedForecasts
+from prescaler.planning import leading_replicas
+from unit.fake_forecasts import Forecast, Point
 
-CAP = 1000.0  # tokens/s per replica
-RATE = 1.0  # requests/s per replica (a request is 1000 tokens)
-
-
-def _obs(now: float, ready: int, tokens: float) -> Observation:
-    return Observation(
-        now=now,
-        step=0,
-        ready=ready,
-        existing=ready,
-        metric_tokens_per_s=tokens,
-        observed=pd.Series(dtype=float),
-    )
+RATE = 1.0  # requests/s per replica
 
 
 def test_the_forecast_at_the_hpas_target() -> None:
@@ -33,31 +20,22 @@ def test_the_forecast_at_the_hpas_target() -> None:
     assert leading_replicas(3.5, 0.0, 0.7) == 0
 
 
-def test_a_led_hpa_asks_early_and_releases_after_the_hpas_window() -> None:
-    record: list[tuple[float, float | None]] = []
-    hpa = ReactivePolicy(CAP, min_replicas=1, max_replicas=20, target=0.7)
-    policy = LeadingPolicy(hpa, recorded_peaks(record), RATE)
-    # Demand at 1.4 req/s (2 replicas at 0.7); nothing recorded yet: the HPA alone.
-    assert policy.decide(_obs(0.0, 2, 1400.0)) == 2
-    # The forecast planner saw a peak of 7 req/s coming: 10 replicas, before the HPA sees it.
-    record.append((10.0, 7.0))
-    assert policy.decide(_obs(15.0, 2, 1400.0)) == 10
-    # The forecast falls back: the 10 hold for the HPA's window, then go.
-    record.append((40.0, 1.4))
-    assert policy.decide(_obs(45.0, 10, 1400.0)) == 10
-    assert policy.decide(_obs(15.0 + HPA_DOWNSCALE_SECONDS - 1, 10, 1400.0)) == 10
-    later = policy.decide(_obs(15.0 + HPA_DOWNSCALE_SECONDS + 15, 10, 1400.0))
-    assert later < 10
-    # A forecast that lapsed (no usable one): the HPA's count.
-    record.append((1000.0, None))
-    assert policy.decide(_obs(1000.0 + HPA_DOWNSCALE_SECONDS + 30, 2, 1400.0)) == 2
+class Counting:
+    """A forecaster that counts what it is asked."""
+
+    def __init__(self) -> None:
+        self.asked: list[float] = []
+
+    def forecast(self, history: pd.Series, now: float) -> Forecast:
+        self.asked.append(now)
+        return Forecast((Point(now + 60, float(len(self.asked)), 1.0),), now)
 
 
-def test_the_recorded_peaks_are_the_latest_at_or_before_the_time() -> None:
-    record: list[tuple[float, float | None]] = [(10.0, 1.0)]
-    at = recorded_peaks(record)
-    assert at(5.0) is None
-    assert at(10.0) == 1.0
-    record.append((20.0, 2.0))  # the other run is still filling it
-    assert at(19.0) == 1.0
-    assert at(25.0) == 2.0
+def test_runs_on_the_same_demand_share_one_forecast_per_time() -> None:
+    inner = Counting()
+    shared = SharedForecasts(inner)
+    history = pd.Series([1.0, 2.0])
+    first = [shared.forecast(history, t) for t in (60.0, 120.0)]
+    second = [shared.forecast(history, t) for t in (60.0, 120.0, 180.0)]
+    assert inner.asked == [60.0, 120.0, 180.0]
+    assert second[:2] == first

@@ -175,6 +175,7 @@ def _reactive_plan(
     mean: float = 10.0,
     now: float = 1_800_000_000.0,
     forecast_at: float | None = None,
+    budget: int | None = None,
     **fleet: object,
 ):
     from prescaler.capacity import CapacityModel, TokenProfile
@@ -195,6 +196,7 @@ def _reactive_plan(
             windows=windows,  # type: ignore[arg-type]
             reactive_replicas=hpa,
             leading_target=leading,
+            direction_budget=budget,
         )
     )
 
@@ -261,3 +263,18 @@ def test_leading_without_a_usable_forecast_is_the_hpa_alone() -> None:
     stale = _reactive_plan(2, 2, leading=0.7, mean=3.5, now=now, forecast_at=now - 7200)
     assert stale.desired_replicas == 2
     assert stale.forecast_mean_peak is None
+
+
+def test_leading_a_release_that_reverses_a_scale_up_waits_once_the_hpas_changes_are_spent() -> None:
+    from prescaler.planning import ScalingPolicy
+
+    now = 1_800_000_000.0
+    # Scaled up to 5 twenty minutes ago; the HPA and the forecast now need 2.
+    up = {"last_scale_up_at": now - 1200, "last_scale_down_at": now - 3600}
+    free = _reactive_plan(2, 5, leading=0.7, mean=0.5, **up)
+    assert free.desired_replicas < 5
+    spent = _reactive_plan(2, 5, leading=0.7, mean=0.5, budget=0, **up)
+    assert (spent.desired_replicas, spent.driver) == (5, "direction"), spent.reason
+    # The HPA's own count is never held: in reactive mode the HPA's count is the plan.
+    assert _reactive_plan(2, 5, budget=0, **up).desired_replicas < 5
+    assert ScalingPolicy().direction_changes_as_hpa

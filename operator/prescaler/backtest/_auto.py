@@ -6,10 +6,10 @@ forecast and the HPA swept over its target, and weighs them
 day. A replay does the same on the demand it replays:
 
 1. :func:`candidates` runs the forecast planner (the spec with ``policy: forecast``), the
-   HPA at the pool's target led by that planner's forecasts (:class:`LeadingPolicy`), and
-   the HPA at each target of :data:`HPA_SWEEP` (and the pool's own), each on a fleet of
-   its own, from one day before the replayed span where the demand has it (that day is
-   the history a new pool would replay);
+   planner leading the HPA at the pool's target (``policy: leading``, on the same
+   forecasts: they are made once), and the HPA at each target of :data:`HPA_SWEEP` (and
+   the pool's own), each on a fleet of its own, from one day before the replayed span
+   where the demand has it (that day is the history a new pool would replay);
 2. :func:`daily_choices` weighs that first day (or what the warm-up gives of it) at the
    replayed span's start, as a new pool weighs its history, then each whole day at its
    end, as the daily re-check does;
@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING
 
 from prescaler.api import InferencePoolSpec
 from prescaler.backtest._demand import MINUTE, Demand
-from prescaler.backtest._policies import LeadingPolicy, PredictivePolicy, recorded_peaks
+from prescaler.backtest._policies import PredictivePolicy, SharedForecasts
 from prescaler.backtest._report import BacktestResult, run_backtest
 from prescaler.backtest._simulate import FleetConfig
 from prescaler.capacity import CapacityModel
@@ -92,15 +92,12 @@ def candidates(
         forecast_spec(spec), earlier, capacity=capacity, config=config, options=options
     )
     forecast.name = FORECAST_CANDIDATE
-    peaks: list[tuple[float, float | None]] = []
-    forecast.on_plan = lambda decision: peaks.append((decision.now, decision.forecast_mean_peak))
-    # Runs after the forecast planner's (the runs go in order), on the peaks it recorded.
-    leading = LeadingPolicy(
-        reactive_policy(config, options.hpa_target),
-        recorded_peaks(peaks),
-        capacity.replica_requests_per_second,
-        name=LEADING_CANDIDATE,
+    leading = predictive_policy(
+        forecast_spec(spec), earlier, capacity=capacity, config=config, options=options
     )
+    leading.name = LEADING_CANDIDATE
+    leading.lead = reactive_policy(config, options.hpa_target)
+    leading.forecaster = forecast.forecaster = SharedForecasts(forecast.forecaster)
     targets = sorted({*HPA_SWEEP, options.hpa_target})
     hpas = []
     for target in targets:

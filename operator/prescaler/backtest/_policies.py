@@ -2,7 +2,6 @@
 
 * :class:`ReactivePolicy` - the Kubernetes HPA v2 algorithm, as the brief defines it.
 * :class:`PredictivePolicy` - the operator's forecaster and planner (the same code).
-* :class:`LeadingPolicy` - the HPA led by the forecast (``spec.policy: leading``).
 * :class:`OraclePolicy` - perfect foresight: the physical lower bound.
 * :class:`SmoothedOraclePolicy` - a reference: foresight of the demand's centred rolling
   mean, none of its noise (``k`` x that mean, planned like the oracle). The bound on what a
@@ -18,7 +17,6 @@ up to the metric lag. Only the oracle is handed the future, at construction.
 from __future__ import annotations
 
 import math
-from bisect import bisect_right
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -43,7 +41,6 @@ from prescaler.planning import (
     ScalingPolicy,
     ScheduledWindow,
     Spend,
-    leading_replicas,
     next_fleet_state,
     observe_risk,
     observed_rise,
@@ -504,8 +501,9 @@ class PredictivePolicy:
     _observed: tuple[tuple[float, float], ...] = field(default=(), repr=False)
     """Recent observations, for the rise of the observed demand (as the operator keeps
     them)."""
-    last_plan: ScalePlan | None = field(default=None, init=False, repr=False)
-    """The last decision's plan."""
+    lead: ReactivePolicy | None = None
+    """The HPA this planner leads (``spec.policy: leading``): each decision plans as that
+    HPA's count led by the forecast (:attr:`prescaler.planning.PlanInputs.leading_target`)."""
 
     @property
     def interval_seconds(self) -> float:
@@ -524,7 +522,11 @@ class PredictivePolicy:
         what the operator assesses the degradation level with."""
         return self._forecast if self._forecast_usable else None
 
-    def decide(self, obs: Observation) -> int:
+    def decide(self, obs: Observation, lead: ReactivePolicy | None = None) -> int:
+        """One decision; with ``lead`` (or :attr:`lead`), as that HPA led by the forecast:
+        the HPA decides here, and the plan is its count led at its target."""
+        lead = lead or self.lead
+        reactive = lead.decide(obs) if lead is not None else None
         history = obs.history
         if self.history_seconds is not None and len(history):
             keep = max(1, math.ceil(self.history_seconds / 60.0))
@@ -594,6 +596,8 @@ class PredictivePolicy:
                 risk=sizing,
                 decision_interval_seconds=self.interval,
                 direction_budget=budget,
+                reactive_replicas=reactive,
+                leading_target=lead.target if lead is not None else None,
             )
         )
         if self.risk is not None:
@@ -604,7 +608,6 @@ class PredictivePolicy:
             seconds + decision.desired_replicas * self.interval,
         )
         self._state = next_fleet_state(state, decision)
-        self.last_plan = decision
         self._forecast_usable = decision.forecast_usable
         self.standby = decision.standby_replicas
         if self.on_plan is not None:
@@ -613,56 +616,19 @@ class PredictivePolicy:
 
 
 @dataclass
-class LeadingPolicy:
-    """The HPA led by the forecast (``spec.policy: leading``), as the operator plans it
-    (:attr:`prescaler.planning.PlanInputs.leading_target`): each decision the larger of the
-    HPA's count and what the forecast mean's peak over the lookahead needs at the HPA's
-    target (:func:`prescaler.planning.leading_replicas`); a release keeps the largest of
-    these over the HPA's scale-down window. ``mean_peak(now)`` is that peak as the forecast
-    planner's latest decision at or before ``now`` saw it (``None``: no usable forecast,
-    the HPA alone)."""
+class SharedForecasts:
+    """One forecaster's forecasts, shared by runs on the same demand: a forecast is made
+    once per decision time (the history a run sees depends on the demand alone, not on its
+    fleet), and a second run at the same time gets the first's."""
 
-    reactive: ReactivePolicy
-    mean_peak: Callable[[float], float | None]
-    replica_rate: float
-    """One replica's demand in the forecast's unit (the capacity model's requests/s)."""
-    name: str = "leading"
-    _held: deque[tuple[float, int]] = field(default_factory=deque, repr=False)
+    forecaster: Forecaster
+    _made: dict[float, ForecastLike] = field(default_factory=dict, repr=False)
 
-    @property
-    def interval_seconds(self) -> float:
-        return self.reactive.sync_seconds
-
-    def count(self, obs: Observation, hpa: int) -> int:
-        """The count at ``obs.now`` given the HPA's ``hpa`` there."""
-        peak = self.mean_peak(obs.now)
-        lead = 0
-        if peak is not None:
-            lead = leading_replicas(peak, self.replica_rate, self.reactive.target)
-        want = max(hpa, min(lead, self.reactive.max_replicas))
-        held = self._held
-        while held and held[0][0] <= obs.now - HPA_DOWNSCALE_SECONDS:
-            held.popleft()
-        held.append((obs.now, want))
-        return max(r for _, r in held)
-
-    def decide(self, obs: Observation) -> int:
-        return self.count(obs, self.reactive.decide(obs))
-
-
-def recorded_peaks(record: Sequence[tuple[float, float | None]]) -> Callable[[float], float | None]:
-    """A :attr:`LeadingPolicy.mean_peak` from another run's decisions, ``(time, forecast
-    mean peak)`` in time order (a list that run may still be filling): the latest at or
-    before the time asked."""
-    times: list[float] = []
-
-    def at(now: float) -> float | None:
-        if len(times) != len(record):
-            times[:] = [t for t, _ in record]
-        i = bisect_right(times, now)
-        return record[i - 1][1] if i > 0 else None
-
-    return at
+    def forecast(self, history: pd.Series, now: float) -> ForecastLike:
+        made = self._made.get(now)
+        if made is None:
+            made = self._made[now] = self.forecaster.forecast(history, now)
+        return made
 
 
 class _PlannerFront:
@@ -711,9 +677,9 @@ class AutoPolicy(_PlannerFront):
     """``spec.policy: auto`` (or a fixed ``reactive`` or ``leading``), as the operator runs
     it: the forecast planner and the HPA both decide at every step on this fleet, and the
     one in force per ``schedule`` (``(from, policy)`` in time order, the choices the daily
-    re-checks made) is what the fleet gets; in ``leading`` mode the HPA led by the forecast
-    planner's last forecast (:class:`LeadingPolicy`). In reactive and leading mode the
-    scheduled windows still hold their floors, as the operator's planner keeps them."""
+    re-checks made) is what the fleet gets; in ``leading`` mode the planner plans the HPA's
+    count led by the forecast, as the operator does. In reactive mode the scheduled
+    windows still hold their floors, as the operator's planner keeps them."""
 
     predictive: PredictivePolicy
     reactive: ReactivePolicy
@@ -721,8 +687,6 @@ class AutoPolicy(_PlannerFront):
     windows: ScheduleOnlyPolicy | None = None
     choices: Sequence[PolicyChoice] = ()
     """The daily re-checks' choices the schedule came from (none for a fixed policy)."""
-    leading: LeadingPolicy | None = None
-    """How ``leading`` mode counts (on ``reactive``'s count); ``None``: as ``reactive``."""
     name: str = "predictive"
     decisions: dict[PolicyName, int] = field(default_factory=dict)
     """Decisions made in each mode."""
@@ -740,13 +704,13 @@ class AutoPolicy(_PlannerFront):
         return mode
 
     def decide(self, obs: Observation) -> int:
-        planned = self.predictive.decide(obs)
-        hpa = self.reactive.decide(obs)
         mode = self.in_force(obs.now)
         self.decisions[mode] = self.decisions.get(mode, 0) + 1
+        if mode == "leading":  # the planner plans the HPA's count, led: windows included
+            return self.predictive.decide(obs, lead=self.reactive)
+        planned = self.predictive.decide(obs)
+        hpa = self.reactive.decide(obs)
         if mode == "forecast":
             return planned
         floor = self.windows.decide(obs) if self.windows is not None else 0
-        if mode == "leading" and self.leading is not None:
-            hpa = self.leading.count(obs, hpa)
         return max(hpa, floor)

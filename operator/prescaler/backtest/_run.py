@@ -46,7 +46,6 @@ from prescaler.backtest._levels import DegradationSetup
 from prescaler.backtest._policies import (
     AutoPolicy,
     KedaPolicy,
-    LeadingPolicy,
     OraclePolicy,
     PersistencePolicy,
     Policy,
@@ -404,20 +403,12 @@ def planned_policy(
     fixed: PolicyName | None = None
     if spec.policy in ("reactive", "leading"):
         fixed = "reactive" if spec.policy == "reactive" else "leading"
-    reactive = reactive_policy(config, options.hpa_target)
-
-    def mean_peak(_now: float) -> float | None:
-        last = predictive.last_plan
-        return None if last is None else last.forecast_mean_peak
-
-    leading = LeadingPolicy(reactive, mean_peak, capacity.replica_requests_per_second)
     return AutoPolicy(
         predictive,
-        reactive,
+        reactive_policy(config, options.hpa_target),
         auto_schedule(choices, fixed),
         floors,
         choices,
-        leading,
     )
 
 

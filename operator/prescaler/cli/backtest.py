@@ -102,13 +102,14 @@ import math
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 from prescaler.api import (
     ColdStartSpec,
     ForecastSpec,
     InferencePoolSpec,
     ObjectiveSpec,
+    PlanningPolicy,
     ScaleDownSpec,
 )
 from prescaler.backtest._run import (
@@ -319,9 +320,10 @@ def register(subparsers: Any) -> None:
     )
     pol.add_argument(
         "--policy",
-        choices=("auto", "forecast", "reactive"),
+        choices=get_args(PlanningPolicy),
         help="spec.policy: how the predictive policy plans, on the forecast, as the HPA at "
-        "--hpa-target, or the one the daily re-checks of both on the replayed demand choose "
+        "--hpa-target, as that HPA led by the forecast, or the one the daily re-checks of "
+        "each on the replayed demand choose "
         f"(default {InferencePoolSpec.default_of('policy')})",
     )
     pol.add_argument(

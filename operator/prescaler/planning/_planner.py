@@ -313,7 +313,9 @@ class PlanInputs:
     of that and the HPA's count is the requirement, so a scale-up the forecast sees is asked
     for one lookahead before the demand shows it. A release keeps the largest requirement
     of the last :data:`HPA_DOWNSCALE_SECONDS`, as the HPA's scale-down window keeps its
-    largest recommendation; no longer. ``None``: the HPA's count alone."""
+    largest recommendation, and no longer; the limit on direction changes holds as in
+    forecast mode (the larger of two noisy counts turns more often than either). ``None``:
+    the HPA's count alone."""
     direction_budget: int | None = None
     """How many more times the fleet may change direction over the trailing day: the
     shadow HPA's direction changes in it less the fleet's
@@ -797,7 +799,7 @@ def plan(inputs: PlanInputs) -> ScalePlan:
     budget = inputs.direction_budget
     if (
         action == "scale_down"
-        and reactive is None
+        and (reactive is None or inputs.leading_target is not None)
         and budget is not None
         and budget <= 0
         and policy.direction_changes_as_hpa
