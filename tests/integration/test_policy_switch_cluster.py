@@ -138,7 +138,13 @@ def test_auto_starts_reactive_on_a_stopped_cycle_and_switches_to_the_forecast_wh
             for name in ("forecast", "reactive")
         }
         named = policy("named")
-        wait_for(led_ahead, 900, "pool led planned ahead of its HPA", interval=1.0)
+        wait_for(
+            led_ahead,
+            900,
+            "pool led planned ahead of its HPA",
+            interval=1.0,
+            explain=lambda: str({key: k.status("led").get(key) for key in ("plan", "policy")}),
+        )
         led = policy("led")
 
     # The history said reactive at once, and why: the forecast was beyond the HPA's curve.

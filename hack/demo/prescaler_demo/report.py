@@ -175,7 +175,7 @@ class DayScores:
     matching: HpaPoint | None
     """The HPA at the target that served the live stretch as well (``None``: none did)."""
     policy: str
-    """The policy prescaler ended the day on (``forecast`` or ``reactive``)."""
+    """The policy prescaler ended the day on (``forecast``, ``reactive`` or ``leading``)."""
 
 
 def day_backtest(sc: Scenario, start: float, matching_target: float | None) -> DayScores:

@@ -311,11 +311,11 @@ class PlanInputs:
     forecast is the HPA's second metric, an External one at this target utilization: the
     forecast mean's peak over the lookahead needs :func:`leading_replicas`, and the larger
     of that and the HPA's count is the requirement, so a scale-up the forecast sees is asked
-    for one lookahead before the demand shows it. A release keeps the largest requirement
-    of the last :data:`HPA_DOWNSCALE_SECONDS`, as the HPA's scale-down window keeps its
-    largest recommendation, and no longer; the limit on direction changes holds as in
-    forecast mode (the larger of two noisy counts turns more often than either). ``None``:
-    the HPA's count alone."""
+    for one lookahead before the demand shows it. A release keeps the largest of the
+    forecast's counts of the last :data:`HPA_DOWNSCALE_SECONDS`, as the HPA's scale-down
+    window keeps its largest recommendation (the HPA's own count comes stabilized), and no
+    longer; the limit on direction changes holds as in forecast mode (the larger of two
+    noisy counts turns more often than either). ``None``: the HPA's count alone."""
     direction_budget: int | None = None
     """How many more times the fleet may change direction over the trailing day: the
     shadow HPA's direction changes in it less the fleet's
@@ -670,6 +670,8 @@ def plan(inputs: PlanInputs) -> ScalePlan:
             )
 
     reactive = inputs.reactive_replicas
+    led = reactive is not None and inputs.leading_target is not None
+    k = 0  # leading: the forecast's count at the HPA's target
     if reactive is not None:
         # Planning as the HPA would: its count is what demand asks for.
         n = max(0, reactive)
@@ -677,6 +679,7 @@ def plan(inputs: PlanInputs) -> ScalePlan:
         lead = inputs.leading_target
         if lead is not None and forecast_mean_peak is not None:
             k = min(leading_replicas(forecast_mean_peak, _replica_rate(capacity), lead), 10**9)
+            k = min(k, policy.max_replicas)
             if k > n:
                 candidates.append(
                     (
@@ -743,9 +746,11 @@ def plan(inputs: PlanInputs) -> ScalePlan:
     # remembered with the HPA's tolerance to spare (this decision's too): a demand within
     # it of the fleet's edge holds the fleet, as it holds an HPA.
     memory = lookahead + period * (RISK_MEMORY_PERIODS if risk_sized is not None else 1)
-    if inputs.leading_target is not None and reactive is not None:
+    if led:
+        # Leading its HPA: the HPA's scale-down window on the forecast's count alone (the
+        # HPA's own count comes stabilized already).
         memory = max(memory, HPA_DOWNSCALE_SECONDS)
-    spared = demand_target
+    spared = k if led else demand_target
     if risk_sized is not None and demand_rate is not None and math.isfinite(demand_rate):
         spared = capacity.required(demand_rate * (1 + RELEASE_TOLERANCE)).replicas
         spared = max(demand_target, min(spared, policy.max_replicas))
@@ -754,8 +759,7 @@ def plan(inputs: PlanInputs) -> ScalePlan:
         remembered = max((r for _, r in recent), default=0)
         if min(remembered, policy.max_replicas) > hard_floor:
             hard_floor, floor_driver = min(remembered, policy.max_replicas), "memory"
-    elif not idle and inputs.leading_target is not None and reactive is not None:
-        # Leading its HPA: the HPA's scale-down window over both metrics.
+    elif not idle and led:
         remembered = max((r for t, r in recent if now - t < HPA_DOWNSCALE_SECONDS), default=0)
         if min(remembered, policy.max_replicas) > hard_floor:
             hard_floor, floor_driver = min(remembered, policy.max_replicas), "memory"
@@ -799,7 +803,7 @@ def plan(inputs: PlanInputs) -> ScalePlan:
     budget = inputs.direction_budget
     if (
         action == "scale_down"
-        and (reactive is None or inputs.leading_target is not None)
+        and (reactive is None or led)
         and budget is not None
         and budget <= 0
         and policy.direction_changes_as_hpa
