@@ -16,8 +16,11 @@ verdict, and says why. Then the ramp returns: a second pod's series, backfilled 
 replayed span and on into the live minutes, carries it. The next checks read the HPA a cold
 start late on every ramp and the forecast ahead of it: after two checks in a row, the pool
 switches to the forecast, with an Event. A pool over the same history whose spec names
-``policy: forecast`` is never switched, and one that names ``leading`` plans as its HPA
-led by the forecast: on the ramps, the forecast's count at the HPA's target.
+``policy: forecast`` is never switched.
+
+A pool that names ``policy: leading``, over a history whose every day has the ramp, plans its
+HPA's count led by the forecast: as a ramp comes, the forecast's count at the HPA's target,
+before the HPA's own count grows.
 """
 
 from __future__ import annotations
@@ -83,22 +86,11 @@ def test_auto_starts_reactive_on_a_stopped_cycle_and_switches_to_the_forecast_wh
     world.backfill(lambda t: _ramp(t) if t < stopped else BASE, now - HOURS * 3600, now + 3600)
     k.create_deployment(gpu_deployment("llm", 1))
     k.create_deployment(gpu_deployment("named", 1))
-    k.create_deployment(gpu_deployment("led", 1))
     world.create_pool("chat", POOL, FORECAST)
     world.create_pool("named", {**POOL, "policy": "forecast"}, FORECAST, target="named")
-    world.create_pool("led", {**POOL, "policy": "leading"}, FORECAST, target="led")
 
     def policy(name: str) -> dict[str, Any]:
         return dict(k.status(name).get("policy") or {})
-
-    led_reasons: list[str] = []
-
-    def led_ahead() -> bool:
-        """Whether pool led has planned on its forecast ahead of its HPA (kept once seen)."""
-        reason = str((k.status("led").get("plan") or {}).get("reason", ""))
-        if "leading:" in reason:
-            led_reasons.append(reason)
-        return bool(led_reasons)
 
     with world.operator(interval_seconds=2.0, policy_check_seconds=CHECK_SECONDS) as metrics:
         first = wait_for(
@@ -118,14 +110,10 @@ def test_auto_starts_reactive_on_a_stopped_cycle_and_switches_to_the_forecast_wh
             time.time() + 3600,
             pods=("vllm-1",),
         )
-
-        def chat_switched() -> dict[str, Any] | None:
-            led_ahead()  # pool led is watched meanwhile
-            p = policy("chat")
-            return p if p.get("inForce") == "forecast" and p.get("switches") == 2 else None
-
         switched = wait_for(
-            chat_switched,
+            lambda: (
+                (p := policy("chat")).get("inForce") == "forecast" and p.get("switches") == 2 and p
+            ),
             900,
             "pool chat switched to the forecast",
             interval=1.0,
@@ -138,14 +126,6 @@ def test_auto_starts_reactive_on_a_stopped_cycle_and_switches_to_the_forecast_wh
             for name in ("forecast", "reactive")
         }
         named = policy("named")
-        wait_for(
-            led_ahead,
-            900,
-            "pool led planned ahead of its HPA",
-            interval=1.0,
-            explain=lambda: str({key: k.status("led").get(key) for key in ("plan", "policy")}),
-        )
-        led = policy("led")
 
     # The history said reactive at once, and why: the forecast was beyond the HPA's curve.
     # (Both served everything and the forecast was the dearer: the cheaper plans.)
@@ -171,7 +151,38 @@ def test_auto_starts_reactive_on_a_stopped_cycle_and_switches_to_the_forecast_wh
     # The spec's choice stands, whatever the history says.
     assert (named["inForce"], named["chosenBy"], named["switches"]) == ("forecast", "spec", 0)
     assert not [e for e in k.events("named") if e.reason == "PolicySwitched"]
-    # Led by its forecast: the forecast's count at the HPA's target, more than the HPA holds.
-    assert (led["inForce"], led["chosenBy"], led["switches"]) == ("leading", "spec", 0)
-    assert "at the HPA's target 0.7 needs" in led_reasons[0], led_reasons[0]
-    assert "(the HPA holds" in led_reasons[0]
+
+
+def test_a_pool_that_names_leading_asks_for_a_ramp_before_its_hpa(world: HistoryWorld) -> None:
+    k = world.kube
+    now = time.time()
+    world.backfill(_ramp, now - HOURS * 3600, now + 3600)
+    k.create_deployment(gpu_deployment("led", 1))
+    world.create_pool("led", {**POOL, "policy": "leading"}, FORECAST, target="led")
+
+    def plan() -> dict[str, Any]:
+        return dict(k.status("led").get("plan") or {})
+
+    def led() -> dict[str, Any] | None:
+        p = plan()
+        return p if "leading:" in p.get("reason", "") else None
+
+    with world.operator(interval_seconds=2.0):
+        # Within a day (half an hour) a ramp comes: the forecast sees it first.
+        ahead = wait_for(
+            led,
+            DAY + 600,
+            "pool led asking for the forecast's count before its HPA's",
+            interval=1.0,
+            explain=lambda: str(plan()),
+        )
+        policy = dict(k.status("led").get("policy") or {})
+
+    assert (policy["inForce"], policy["chosenBy"], policy["switches"]) == ("leading", "spec", 0)
+    # "... at the HPA's target 0.7 needs K (the HPA holds N)": more than the HPA's count.
+    reason = ahead["reason"]
+    needs = int(reason.split(" needs ")[1].split(" ")[0])
+    holds = int(reason.split("(the HPA holds ")[1].rstrip(")"))
+    assert needs > holds, reason
+    assert ahead["targetReplicas"] == needs
+    assert "forecast mean's peak" in reason
