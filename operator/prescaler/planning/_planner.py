@@ -311,11 +311,11 @@ class PlanInputs:
     forecast is the HPA's second metric, an External one at this target utilization: the
     forecast mean's peak over the lookahead needs :func:`leading_replicas`, and the larger
     of that and the HPA's count is the requirement, so a scale-up the forecast sees is asked
-    for one lookahead before the demand shows it. A release keeps the largest of the
-    forecast's counts of the last :data:`HPA_DOWNSCALE_SECONDS`, as the HPA's scale-down
-    window keeps its largest recommendation (the HPA's own count comes stabilized), and no
-    longer; the limit on direction changes holds as in forecast mode (the larger of two
-    noisy counts turns more often than either). ``None``: the HPA's count alone."""
+    for one lookahead before the demand shows it. A release keeps the largest requirement
+    of the last :data:`HPA_DOWNSCALE_SECONDS`, as the HPA's scale-down window keeps its
+    largest recommendation, and no longer; the limit on direction changes holds as in
+    forecast mode (the larger of two noisy counts turns more often than either). ``None``:
+    the HPA's count alone."""
     direction_budget: int | None = None
     """How many more times the fleet may change direction over the trailing day: the
     shadow HPA's direction changes in it less the fleet's
@@ -747,10 +747,11 @@ def plan(inputs: PlanInputs) -> ScalePlan:
     # it of the fleet's edge holds the fleet, as it holds an HPA.
     memory = lookahead + period * (RISK_MEMORY_PERIODS if risk_sized is not None else 1)
     if led:
-        # Leading its HPA: the HPA's scale-down window on the forecast's count alone (the
-        # HPA's own count comes stabilized already).
+        # Leading its HPA: the HPA's scale-down window over the larger of its count and the
+        # forecast's. (The forecast's alone turned a noisy pool's fleet more often than its
+        # HPA: the HPA's count comes stabilized, the larger of the two less so.)
         memory = max(memory, HPA_DOWNSCALE_SECONDS)
-    spared = k if led else demand_target
+    spared = demand_target
     if risk_sized is not None and demand_rate is not None and math.isfinite(demand_rate):
         spared = capacity.required(demand_rate * (1 + RELEASE_TOLERANCE)).replicas
         spared = max(demand_target, min(spared, policy.max_replicas))
