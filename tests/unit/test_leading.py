@@ -39,3 +39,16 @@ def test_runs_on_the_same_demand_share_one_forecast_per_time() -> None:
     second = [shared.forecast(history, t) for t in (60.0, 120.0, 180.0)]
     assert inner.asked == [60.0, 120.0, 180.0]
     assert second[:2] == first
+    assert shared.held == 1  # 60 and 120 let go once both runs had them; 180 awaits one
+
+
+def test_a_forecast_every_run_has_had_is_let_go() -> None:
+    inner = Counting()
+    shared = SharedForecasts(inner, runs=3)
+    history = pd.Series([1.0, 2.0])
+    for _ in range(3):
+        shared.forecast(history, 60.0)
+    assert shared.held == 0
+    assert inner.asked == [60.0]
+    shared.forecast(history, 60.0)  # a fourth asks again: made anew, not kept forever
+    assert inner.asked == [60.0, 60.0]

@@ -617,18 +617,28 @@ class PredictivePolicy:
 
 @dataclass
 class SharedForecasts:
-    """One forecaster's forecasts, shared by runs on the same demand: a forecast is made
-    once per decision time (the history a run sees depends on the demand alone, not on its
-    fleet), and a second run at the same time gets the first's."""
+    """One forecaster's forecasts, shared by ``runs`` runs on the same demand: a forecast is
+    made once per decision time (the history a run sees depends on the demand alone, not on
+    its fleet), the other runs at the same time get the first's, and it is let go once all
+    of them have had it (runs replayed one after the other hold one replay's forecasts at
+    most, not one per run)."""
 
     forecaster: Forecaster
-    _made: dict[float, ForecastLike] = field(default_factory=dict, repr=False)
+    runs: int = 2
+    _made: dict[float, tuple[ForecastLike, int]] = field(default_factory=dict, repr=False)
 
     def forecast(self, history: pd.Series, now: float) -> ForecastLike:
-        made = self._made.get(now)
+        made, served = self._made.pop(now, (None, 0))
         if made is None:
-            made = self._made[now] = self.forecaster.forecast(history, now)
+            made = self.forecaster.forecast(history, now)
+        if served + 1 < self.runs:
+            self._made[now] = (made, served + 1)
         return made
+
+    @property
+    def held(self) -> int:
+        """Forecasts made and not yet had by every run."""
+        return len(self._made)
 
 
 class _PlannerFront:
