@@ -61,7 +61,13 @@ from prescaler.backtest._roles import DisaggregatedResult
 from prescaler.backtest._shadow import ShadowHpa, ShadowSetup
 from prescaler.backtest._simulate import FleetConfig, Progress
 from prescaler.capacity import CapacityModel, Role
-from prescaler.planning import PolicyChoice, PolicyName, ScheduledWindow, event_windows
+from prescaler.planning import (
+    ASKED_BACK_SECONDS,
+    PolicyChoice,
+    PolicyName,
+    ScheduledWindow,
+    event_windows,
+)
 from prescaler.settings import ReconcileSettings
 
 POLICIES = (
@@ -266,6 +272,11 @@ def predictive_policy(
     margin = spec.cold_start.margin_seconds
     horizon = max(cold_start + margin + step, 2 * step)
     horizon = math.ceil(horizon / step) * step
+    if scaling_policy(spec).direction_changes_as_hpa:
+        # As the operator: a release that would reverse a scale-up reads the forecast an
+        # hour past the lookahead (ASKED_BACK_SECONDS), within the spec's horizon.
+        asked = min(horizon + ASKED_BACK_SECONDS, spec.forecast.horizon_seconds)
+        horizon = max(horizon, math.ceil(asked / step) * step)
     placeholders = spec.standby.placeholders
     if placeholders.enabled and placeholders.max_replicas > 0:
         # As the operator: standby covers the forecast's upper peak over the spec's whole

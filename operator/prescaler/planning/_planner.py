@@ -117,6 +117,13 @@ decision of the memory fits in fewer replicas with that share to spare. An HPA d
 act on a load within 10 % of its target; without it, a demand that hovers near a replica's
 edge added and released that replica again and again."""
 
+ASKED_BACK_SECONDS = 3600.0
+"""A release that would reverse a scale-up keeps what the forecast asks back within this
+span after the lookahead (``PolicySpec``'s limit on direction changes): holding a replica
+for an hour costs an hour of it at most, while releasing it and asking it back is a cold
+start and two of the direction changes the fleet has as many of as its HPA, which then
+hold a later release that would have saved more."""
+
 HPA_DOWNSCALE_SECONDS = 300.0
 """Kubernetes' HPA scale-down stabilization window (its default behaviour): the largest
 recommendation of this window holds. A pool that leads its HPA keeps its requirement as
@@ -798,6 +805,29 @@ def plan(inputs: PlanInputs) -> ScalePlan:
             f"hold {current} (target {target}): only the ramp nowcast asks for more; "
             f"without it the plan needs {max(without_ramp, fixed_floor)}: {why}"
         )
+    # A release that would reverse a scale-up spends a direction change: it keeps what the
+    # forecast asks back within the next hour, and waits wholly if that is every replica.
+    if (
+        action == "scale_down"
+        and reactive is None
+        and policy.direction_changes_as_hpa
+        and _last_move_up(fleet)
+    ):
+        asked = _asked_back(inputs, points, step, horizon_end, risk_unit)
+        asked = min(asked, policy.max_replicas)
+        if asked >= current:
+            desired, action, driver = current, "hold", "release"
+            reason = (
+                f"hold {current} (target {target}): the forecast asks {asked} back within "
+                f"{ASKED_BACK_SECONDS:.0f}s after the lookahead; a release now would be a "
+                f"direction change undone: {why}"
+            )
+        elif asked > desired:
+            desired = asked
+            reason = (
+                f"scale down {current} -> {desired} (target {target}): the forecast asks "
+                f"{asked} back within {ASKED_BACK_SECONDS:.0f}s after the lookahead: {why}"
+            )
     # The fleet changes direction no more often than its HPA on the same demand: once it
     # has over the trailing day, a release that would reverse the last scale-up waits (the
     # HPA's own count grows, or an old change leaves the day). A scale-up never waits.
@@ -887,6 +917,29 @@ def plan(inputs: PlanInputs) -> ScalePlan:
         risk_unit=risk_unit,
         forecast_mean_peak=forecast_mean_peak,
     )
+
+
+def _asked_back(
+    inputs: PlanInputs,
+    points: Sequence[DemandPoint],
+    step: float,
+    horizon_end: float,
+    unit: float | None,
+) -> int:
+    """The replicas the forecast asks for within :data:`ASKED_BACK_SECONDS` after the
+    lookahead, sized as the lookahead's own target is (the calibrated margin on the mean's
+    peak, or until calibrated the upper band); 0 without such a forecast."""
+    until = horizon_end + ASKED_BACK_SECONDS
+    later = [p for p in points if horizon_end < p.t - step <= until]
+    if not later:
+        return 0
+    risk = inputs.risk
+    if risk is not None and risk.calibrated and unit is not None:
+        base = max(0.0, max(p.mean for p in later))  # usable points are finite
+        sized = capped_demand(sized_demand(base, risk.margin, unit), base, risk.peak)
+    else:
+        sized = max(p.upper for p in later)
+    return inputs.capacity.required(sized).replicas
 
 
 def _last_move_up(fleet: FleetState) -> bool:
