@@ -11,6 +11,7 @@ from prescaler.api import InferencePoolStatus, PlanStatus, RecentTarget, parse_s
 from prescaler.capacity import CapacityModel, TokenProfile
 from prescaler.controller.status import recent_targets, rfc3339
 from prescaler.planning import (
+    ASKED_BACK_SECONDS,
     FleetState,
     PlanInputs,
     RiskSizing,
@@ -342,4 +343,59 @@ def test_a_pool_that_frees_its_direction_changes_releases_whatever_the_budget() 
             direction_budget=0,
         )
     )
+    assert (released.action, released.desired_replicas) == ("scale_down", 3)
+
+
+class Dip:
+    """A forecast made at ``at``, two hours of minutes: ``low`` until ``back`` seconds
+    ahead, then ``high``."""
+
+    def __init__(self, low: float, high: float, back: float, at: float = NOW) -> None:
+        self.generated_at, self.step_seconds = at, STEP
+        self.points = tuple(
+            _Point(at + STEP * (i + 1), low if STEP * (i + 1) < back else high)
+            for i in range(120)
+        )
+
+
+def after(forecast: Dip, *, up: float, down: float, policy: ScalingPolicy = POLICY) -> ScalePlan:
+    """A fleet of 8 (well past its stabilization period) on ``forecast``."""
+    return plan(
+        PlanInputs(
+            now=NOW,
+            capacity=CAPACITY,
+            fleet=FleetState(8, 8, last_scale_up_at=up, last_scale_down_at=down),
+            policy=policy,
+            cold_start_seconds=COLD_START,
+            forecast=forecast,
+        )
+    )
+
+
+def test_a_release_that_reverses_a_scale_up_keeps_what_the_forecast_asks_back() -> None:
+    """A release after a scale-up is a direction change: it keeps what the forecast asks
+    for again within ASKED_BACK_SECONDS after the lookahead, and waits wholly if that is
+    every replica (a dip the forecast sees the end of is not worth two changes)."""
+    up, down = NOW - 3600, NOW - 7200
+    lookahead = COLD_START + POLICY.lead_margin_seconds
+    soon = lookahead + 1800.0
+    held = after(Dip(3.0, 8.0, soon), up=up, down=down)
+    assert (held.action, held.desired_replicas, held.driver) == ("hold", 8, "release")
+    assert held.target_replicas == 3
+    assert "asks 8 back within 3600s" in held.reason
+    partly = after(Dip(3.0, 6.0, soon), up=up, down=down)
+    assert (partly.action, partly.desired_replicas) == ("scale_down", 6)
+    # Asked back only after the hour: the release goes whole.
+    late = after(Dip(3.0, 8.0, lookahead + ASKED_BACK_SECONDS + 2 * STEP), up=up, down=down)
+    assert (late.action, late.desired_replicas) == ("scale_down", 3)
+
+
+def test_a_release_that_goes_on_or_frees_its_changes_does_not_wait_for_the_forecast() -> None:
+    """After a scale-down a release is no direction change, and with ``directionChanges:
+    free`` changes are not counted: both release to the lookahead's target."""
+    soon = COLD_START + POLICY.lead_margin_seconds + 1800.0
+    on = after(Dip(3.0, 8.0, soon), up=NOW - 7200, down=NOW - 3600)
+    assert (on.action, on.desired_replicas) == ("scale_down", 3)
+    free = replace(POLICY, direction_changes_as_hpa=False)
+    released = after(Dip(3.0, 8.0, soon), up=NOW - 3600, down=NOW - 7200, policy=free)
     assert (released.action, released.desired_replicas) == ("scale_down", 3)

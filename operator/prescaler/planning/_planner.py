@@ -40,7 +40,10 @@ The rules, in order:
    the same demand, and no more (``tests/unit/test_flapping.py``): given the direction
    changes left in the trailing day (``PlanInputs.direction_budget``: the shadow HPA's
    less the fleet's), a release that would reverse the last scale-up holds while none
-   are left. Within the period
+   are left. Such a release also keeps what the forecast asks back within
+   :data:`ASKED_BACK_SECONDS` after the lookahead (sized as the target is), and waits
+   wholly if that is every replica: a dip whose end the forecast sees is not worth two of
+   the changes, which a later release would need. Within the period
    after a release, replicas come back only for what arrives now (the nowcast guard or
    the queue term) or for a floor (``min_replicas``, a window), not for a forecast or
    margin alone: adding back what was just released is a second direction change in one
@@ -149,8 +152,9 @@ Driver = Literal[
 """The rule a decision's replica count comes from: a requirement (``forecast``: the
 forecast or the peak risk model; ``observed``: the nowcast guard; ``queue``; ``window``;
 ``floor``: min/maxReplicas), or what held replicas the requirement would release
-(``release``: what the lookahead still needs; ``memory``: the recent targets;
-``stabilization``: too soon after a scale; ``missing-data``; ``unschedulable``;
+(``release``: what the lookahead still needs, or what the forecast asks back within
+:data:`ASKED_BACK_SECONDS` of a release that would reverse a scale-up; ``memory``: the
+recent targets; ``stabilization``: too soon after a scale; ``missing-data``; ``unschedulable``;
 ``direction``: the fleet has changed direction as often as its shadow HPA over the
 trailing day), or ``reactive``: the pool plans as its HPA would (``spec.policy``), the
 HPA's count."""
@@ -805,6 +809,7 @@ def plan(inputs: PlanInputs) -> ScalePlan:
             f"hold {current} (target {target}): only the ramp nowcast asks for more; "
             f"without it the plan needs {max(without_ramp, fixed_floor)}: {why}"
         )
+    kept = False  # the release keeps what the forecast asks back
     # A release that would reverse a scale-up spends a direction change: it keeps what the
     # forecast asks back within the next hour, and waits wholly if that is every replica.
     if (
@@ -815,8 +820,10 @@ def plan(inputs: PlanInputs) -> ScalePlan:
     ):
         asked = _asked_back(inputs, points, step, horizon_end, risk_unit)
         asked = min(asked, policy.max_replicas)
+        if asked > desired:
+            driver, kept = "release", True
         if asked >= current:
-            desired, action, driver = current, "hold", "release"
+            desired, action = current, "hold"
             reason = (
                 f"hold {current} (target {target}): the forecast asks {asked} back within "
                 f"{ASKED_BACK_SECONDS:.0f}s after the lookahead; a release now would be a "
@@ -865,7 +872,7 @@ def plan(inputs: PlanInputs) -> ScalePlan:
             f"cannot be scheduled (no node has room), more would only queue: {why}"
         )
         driver = "floor"
-    elif desired > target and driver != "direction":
+    elif desired > target and driver != "direction" and not kept:
         # Replicas the requirement would release, kept: by which rule.
         if desired == current and (not may_shrink or (blind and inputs.forecast_expected)):
             driver = "missing-data"
