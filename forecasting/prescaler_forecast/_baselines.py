@@ -10,7 +10,7 @@ import pandas as pd
 
 from prescaler_forecast._base import Band, Forecaster
 from prescaler_forecast._calibration import (
-    log_ratio_band,
+    log_ratio_bands,
     normal_quantile,
     trailing_mean,
     trailing_median,
@@ -67,10 +67,12 @@ class Persistence(Forecaster):
 
     def _band(self, n_leads: int, quantile: float) -> Band:
         y, level = self._y[-len(self._levels) :], self._levels
-        lo = np.ones(n_leads)
-        hi = np.ones(n_leads)
-        for k in range(1, n_leads + 1):
-            lo[k - 1], hi[k - 1] = log_ratio_band(y[k:], level[:-k], quantile)
+        # Row k-1: the value k bins after each level against that level.
+        n = len(level)
+        at = np.arange(1, n_leads + 1)[:, None] + np.arange(n)[None, :]
+        inside = at < n
+        actual = np.where(inside, y[np.minimum(at, n - 1)], np.nan)
+        lo, hi = log_ratio_bands(actual, np.where(inside, level[None, :], np.nan), quantile)
         return Band.multiplicative(lo, hi)
 
 
@@ -167,14 +169,17 @@ class SeasonalNaive(Forecaster):
         n = len(self._y)
         calib = _bins(self.calibration_seconds, self._step)
         targets = np.arange(max(self._period + 1, n - calib), n)
-        lo = np.ones(n_leads)
-        hi = np.ones(n_leads)
-        for k in range(1, n_leads + 1):
-            origins = targets - k
-            keep = origins >= 0
-            t, o = targets[keep], origins[keep]
-            pred = self._smooth[t - self._period] * self._ratio_series[o]
-            lo[k - 1], hi[k - 1] = log_ratio_band(self._y[t], pred, quantile)
+        # Row k-1: each target against the forecast made k bins before it.
+        origins = targets[None, :] - np.arange(1, n_leads + 1)[:, None]
+        keep = origins >= 0
+        pred = (
+            self._smooth[targets - self._period][None, :]
+            * self._ratio_series[np.maximum(origins, 0)]
+        )
+        actual = np.broadcast_to(self._y[targets], origins.shape)
+        lo, hi = log_ratio_bands(
+            np.where(keep, actual, np.nan), np.where(keep, pred, np.nan), quantile
+        )
         return Band.multiplicative(lo, hi)
 
 

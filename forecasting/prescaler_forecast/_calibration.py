@@ -18,10 +18,12 @@ __all__ = [
     "NOWCAST_DECAY_SECONDS",
     "decay_ratio",
     "log_ratio_band",
+    "log_ratio_bands",
     "normal_quantile",
     "off_curve_level",
     "robust_ratio",
     "rolling_ratio",
+    "row_quantile",
     "trailing_mean",
     "trailing_median",
 ]
@@ -82,6 +84,45 @@ def log_ratio_band(
     hi = float(np.quantile(ratios, quantile))
     lo = float(np.quantile(ratios, 1 - quantile))
     return min(1.0, math.exp(lo)), max(1.0, math.exp(hi))
+
+
+def log_ratio_bands(
+    actual: FloatArray, predicted: FloatArray, quantile: float
+) -> tuple[FloatArray, FloatArray]:
+    """:func:`log_ratio_band` of every row of two equally shaped 2-D arrays (NaN pads a
+    short row), as arrays of ``lower`` and ``upper`` multipliers: one sort for all the
+    leads of a band, not a quantile per lead."""
+    a = np.asarray(actual, dtype=float)
+    p = np.asarray(predicted, dtype=float)
+    with np.errstate(invalid="ignore"):
+        ok = np.isfinite(a) & np.isfinite(p) & (a >= 0) & (p >= 0)
+    count = ok.sum(axis=1)
+    a_ok = np.where(ok, a, 0.0)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        mean = a_ok.sum(axis=1) / np.maximum(count, 1)
+        floor = np.maximum(0.01 * mean, 1e-9)[:, None]
+        ratios = np.where(ok, np.log((a_ok + floor) / (np.where(ok, p, 0.0) + floor)), np.nan)
+    hi = np.exp(row_quantile(ratios, quantile))
+    lo = np.exp(row_quantile(ratios, 1 - quantile))
+    z = normal_quantile(quantile)
+    few = count < _MIN_RESIDUALS
+    lo = np.where(few, math.exp(-z * DEFAULT_LOG_SPREAD), np.minimum(1.0, lo))
+    hi = np.where(few, math.exp(z * DEFAULT_LOG_SPREAD), np.maximum(1.0, hi))
+    return lo, hi
+
+
+def row_quantile(values: FloatArray, q: float) -> FloatArray:
+    """The ``q`` quantile (linear, as :func:`numpy.quantile`) of each row's finite values;
+    NaN for a row without any. Vectorised: ``nanquantile`` loops over rows in Python."""
+    a = np.sort(values, axis=1)  # NaN sorts last
+    count = np.isfinite(values).sum(axis=1)
+    position = q * np.maximum(count - 1, 0)
+    below = np.floor(position).astype(np.int64)
+    above = np.minimum(below + 1, np.maximum(count - 1, 0))
+    rows = np.arange(len(a))
+    weight = position - below
+    out = a[rows, below] * (1 - weight) + a[rows, above] * weight
+    return np.where(count > 0, out, np.nan)
 
 
 def robust_ratio(observed: FloatArray, expected: FloatArray) -> float:

@@ -16,7 +16,6 @@ days, narrower on calm ones) instead of a fixed multiplier. Until a lead has
 from __future__ import annotations
 
 import math
-from collections import deque
 from dataclasses import replace
 
 import numpy as np
@@ -55,7 +54,11 @@ class OnlineCalibrator:
         self._step = 0.0
         self._pending: dict[int, FloatArray] = {}
         """Origin bin (absolute, unix seconds / step) -> served means per lead (1-based)."""
-        self._errors: list[deque[float]] = []
+        self._errors = np.empty((0, 1))
+        """Per lead (row), its recent errors: a ring of the window's capacity, NaN where
+        not yet written; rows are added as longer forecasts are served."""
+        self._written = np.zeros(0, dtype=np.int64)
+        """Per lead, how many errors were ever written (the ring's next slot, modulo)."""
         self._last_scored = -1
         """The last absolute bin whose truth has been scored."""
 
@@ -63,12 +66,24 @@ class OnlineCalibrator:
         self._step = step
         self._pending.clear()
         capacity = max(1, round(self.window_seconds / step))
-        self._errors = [deque(maxlen=capacity) for _ in range(self.max_leads)]
+        self._errors = np.empty((0, capacity))
+        self._written = np.zeros(0, dtype=np.int64)
         self._last_scored = -1
+
+    def _track(self, leads: int) -> None:
+        """Rows for the first ``leads`` leads (at most ``max_leads``)."""
+        leads = min(leads, self.max_leads)
+        have = len(self._errors)
+        if leads > have:
+            more = np.full((leads - have, self._errors.shape[1]), np.nan)
+            self._errors = np.vstack([self._errors, more])
+            self._written = np.concatenate([self._written, np.zeros(leads - have, np.int64)])
 
     def pairs(self, lead: int) -> int:
         """How many errors lead ``lead`` (1-based) has."""
-        return len(self._errors[lead - 1]) if 0 < lead <= len(self._errors) else 0
+        if not 0 < lead <= len(self._errors):
+            return 0
+        return int(min(self._written[lead - 1], self._errors.shape[1]))
 
     def observe(self, start: float, values: FloatArray, step: float) -> None:
         """Score every remembered forecast whose bins are now in ``values``."""
@@ -82,6 +97,8 @@ class OnlineCalibrator:
         if last <= self._last_scored:
             return
         y = np.asarray(values, dtype=float)
+        errors, written = self._errors, self._written
+        capacity = errors.shape[1]
         for origin in sorted(self._pending):
             means = self._pending[origin]
             for k in range(1, len(means) + 1):
@@ -91,9 +108,11 @@ class OnlineCalibrator:
                 if b > last:
                     break
                 actual, mean = y[b - first], means[k - 1]
-                if math.isfinite(actual) and actual >= 0 and mean > 0:
+                if math.isfinite(actual) and actual >= 0 and mean > 0 and k <= len(errors):
                     floor = 1e-3 * mean
-                    self._errors[k - 1].append(math.log((actual + floor) / (mean + floor)))
+                    at = written[k - 1] % capacity
+                    errors[k - 1, at] = math.log((actual + floor) / (mean + floor))
+                    written[k - 1] += 1
             if origin + len(means) - 1 <= last:
                 del self._pending[origin]
         self._last_scored = last
@@ -109,17 +128,23 @@ class OnlineCalibrator:
         means = np.array([p.mean for p in forecast.points[: self.max_leads]], dtype=float)
         if origin not in self._pending:
             self._pending[origin] = means
+        self._track(len(means))
         points = list(forecast.points)
-        changed = False
-        for k, point in enumerate(points[: self.max_leads], start=1):
-            errors = self._errors[k - 1]
-            if len(errors) < self.min_pairs:
-                continue
-            q = float(np.quantile(np.fromiter(errors, dtype=float), self.quantile))
-            upper = max(point.mean, point.mean * math.exp(q))
-            points[k - 1] = ForecastPoint(point.t, point.mean, point.lower, upper)
-            changed = True
-        if not changed:
+        leads = min(len(points), len(self._errors))
+        capacity = self._errors.shape[1]
+        counts = np.minimum(self._written[:leads], capacity)
+        enough = counts >= self.min_pairs
+        if not enough.any():
             return forecast
+        quantiles = np.full(leads, np.nan)
+        full = counts == capacity
+        if full.any():  # the usual case: every lead's window full, one call for them all
+            quantiles[full] = np.quantile(self._errors[:leads][full], self.quantile, axis=1)
+        for k in np.flatnonzero(enough & ~full):  # filled from the ring's start so far
+            quantiles[k] = np.quantile(self._errors[k, : counts[k]], self.quantile)
+        for k in np.flatnonzero(enough):
+            point = points[k]
+            upper = max(point.mean, point.mean * math.exp(float(quantiles[k])))
+            points[k] = ForecastPoint(point.t, point.mean, point.lower, upper)
         detail = "; ".join(x for x in (forecast.detail, "band calibrated on served errors") if x)
         return replace(forecast, points=tuple(points), detail=detail)

@@ -10,7 +10,7 @@ import pandas as pd
 
 from prescaler_forecast._base import Band, Forecaster
 from prescaler_forecast._baselines import DAY, WEEK, _bins
-from prescaler_forecast._calibration import DEFAULT_LOG_SPREAD, normal_quantile
+from prescaler_forecast._calibration import DEFAULT_LOG_SPREAD, normal_quantile, row_quantile
 
 __all__ = ["SeasonalProfile"]
 
@@ -130,7 +130,7 @@ class SeasonalProfile(Forecaster):
         self._offsets = np.arange(-half, half + 1, dtype=np.int64)
         level = _bins(self.level_seconds, step)
         recent_bins = np.arange(max(0, n - level), n)
-        usual = _row_quantile(self._values(recent_bins), 0.5)
+        usual = row_quantile(self._values(recent_bins), 0.5)
         self._ratio = _level_ratio(y[recent_bins], usual)
         # Where no cycle has data for a bin: the last observed level (a gap is not zero).
         self._fallback = float(y[finite[-level:]].mean()) / self._ratio
@@ -152,7 +152,7 @@ class SeasonalProfile(Forecaster):
         return out
 
     def _profile(self, targets: IntArray) -> FloatArray:
-        profile = _row_quantile(self._values(targets), 0.5)
+        profile = row_quantile(self._values(targets), 0.5)
         return np.where(np.isfinite(profile), profile, self._fallback)
 
     def _mean(self, leads: IntArray) -> FloatArray:
@@ -163,7 +163,7 @@ class SeasonalProfile(Forecaster):
         half = _bins(self.spread_seconds, self._step) // 2
         targets = len(self._y) - 1 + np.arange(1 - half, n_leads + half + 1, dtype=np.int64)
         values = self._values(targets)
-        profile = _row_quantile(values, 0.5)
+        profile = row_quantile(values, 0.5)
         known = profile[np.isfinite(profile)]
         floor = max(0.01 * float(known.mean()), 1e-9) if len(known) else 1e-9
         spread = np.log((values + floor) / (profile[:, None] + floor))
@@ -171,26 +171,12 @@ class SeasonalProfile(Forecaster):
         z = normal_quantile(quantile) * DEFAULT_LOG_SPREAD
         bounds = []
         for q, default in ((quantile, z), (1 - quantile, -z)):
-            per_bin = np.where(few, np.nan, _row_quantile(spread, q))
+            per_bin = np.where(few, np.nan, row_quantile(spread, q))
             rolled = pd.Series(per_bin).rolling(2 * half + 1, center=True, min_periods=1).mean()
             lead_rows = rolled.to_numpy()[half : half + n_leads]
             bounds.append(np.where(np.isfinite(lead_rows), lead_rows, default))
         hi, lo = bounds
         return Band.multiplicative(np.exp(np.minimum(lo, 0.0)), np.exp(np.maximum(hi, 0.0)))
-
-
-def _row_quantile(values: FloatArray, q: float) -> FloatArray:
-    """The ``q`` quantile (linear, as :func:`numpy.quantile`) of each row's finite values;
-    NaN for a row without any. Vectorised: ``nanquantile`` loops over rows in Python."""
-    a = np.sort(values, axis=1)  # NaN sorts last
-    count = np.isfinite(values).sum(axis=1)
-    position = q * np.maximum(count - 1, 0)
-    below = np.floor(position).astype(np.int64)
-    above = np.minimum(below + 1, np.maximum(count - 1, 0))
-    rows = np.arange(len(a))
-    weight = position - below
-    out = a[rows, below] * (1 - weight) + a[rows, above] * weight
-    return np.where(count > 0, out, np.nan)
 
 
 def _level_ratio(recent: FloatArray, usual: FloatArray) -> float:

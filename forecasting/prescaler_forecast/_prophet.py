@@ -34,7 +34,7 @@ from prescaler_forecast._base import Band, Forecaster
 from prescaler_forecast._calibration import (
     NOWCAST_DECAY_SECONDS,
     decay_ratio,
-    log_ratio_band,
+    log_ratio_bands,
     off_curve_level,
     robust_ratio,
     rolling_ratio,
@@ -240,14 +240,20 @@ class ProphetForecaster(Forecaster):
         ratio = rolling_ratio(y, fitted, window)
         first = min(window, len(y) - 1)
         targets = np.arange(first, len(y))
-        lo = np.ones(n_leads)
-        hi = np.ones(n_leads)
-        for k in range(1, n_leads + 1):
-            t = targets[targets - k >= 0]
-            fade = decay_ratio(
-                ratio[t - k], np.full(len(t), (k - 1) * self._step), self.nowcast_decay_seconds
-            )
-            lo[k - 1], hi[k - 1] = log_ratio_band(y[t], fitted[t] * fade, quantile)
+        # Row k-1: each target against the curve faded from the ratio k bins before it.
+        leads = np.arange(1, n_leads + 1)[:, None]
+        origins = targets[None, :] - leads
+        keep = origins >= 0
+        fade = decay_ratio(
+            ratio[np.maximum(origins, 0)],
+            np.broadcast_to((leads - 1) * self._step, origins.shape),
+            self.nowcast_decay_seconds,
+        )
+        lo, hi = log_ratio_bands(
+            np.where(keep, y[targets][None, :], np.nan),
+            np.where(keep, fitted[targets][None, :] * fade, np.nan),
+            quantile,
+        )
         return Band.multiplicative(lo, hi)
 
 
