@@ -11,7 +11,6 @@ from prescaler.api import InferencePoolStatus, PlanStatus, RecentTarget, parse_s
 from prescaler.capacity import CapacityModel, TokenProfile
 from prescaler.controller.status import recent_targets, rfc3339
 from prescaler.planning import (
-    ASKED_BACK_SECONDS,
     FleetState,
     PlanInputs,
     RiskSizing,
@@ -374,19 +373,19 @@ def after(forecast: Dip, *, up: float, down: float, policy: ScalingPolicy = POLI
 
 def test_a_release_that_reverses_a_scale_up_keeps_what_the_forecast_asks_back() -> None:
     """A release after a scale-up is a direction change: it keeps what the forecast asks
-    for again within ASKED_BACK_SECONDS after the lookahead, and waits wholly if that is
-    every replica (a dip the forecast sees the end of is not worth two changes)."""
+    for again after the lookahead, over its horizon, and waits wholly if that is every
+    replica (a dip the forecast sees the end of is not worth two changes)."""
     up, down = NOW - 3600, NOW - 7200
     lookahead = COLD_START + POLICY.lead_margin_seconds
     soon = lookahead + 1800.0
     held = after(Dip(3.0, 8.0, soon), up=up, down=down)
     assert (held.action, held.desired_replicas, held.driver) == ("hold", 8, "release")
     assert held.target_replicas == 3
-    assert "asks 8 back within 3600s" in held.reason
+    assert "asks 8 back within its horizon" in held.reason
     partly = after(Dip(3.0, 6.0, soon), up=up, down=down)
     assert (partly.action, partly.desired_replicas) == ("scale_down", 6)
-    # Asked back only after the hour: the release goes whole.
-    late = after(Dip(3.0, 8.0, lookahead + ASKED_BACK_SECONDS + 2 * STEP), up=up, down=down)
+    # Asked back only beyond the forecast's horizon (two hours): the release goes whole.
+    late = after(Dip(3.0, 8.0, 121 * STEP), up=up, down=down)
     assert (late.action, late.desired_replicas) == ("scale_down", 3)
 
 

@@ -62,7 +62,6 @@ from prescaler.backtest._shadow import ShadowHpa, ShadowSetup
 from prescaler.backtest._simulate import FleetConfig, Progress
 from prescaler.capacity import CapacityModel, Role
 from prescaler.planning import (
-    ASKED_BACK_SECONDS,
     PolicyChoice,
     PolicyName,
     ScheduledWindow,
@@ -273,10 +272,9 @@ def predictive_policy(
     horizon = max(cold_start + margin + step, 2 * step)
     horizon = math.ceil(horizon / step) * step
     if scaling_policy(spec).direction_changes_as_hpa:
-        # As the operator: a release that would reverse a scale-up reads the forecast an
-        # hour past the lookahead (ASKED_BACK_SECONDS), within the spec's horizon.
-        asked = min(horizon + ASKED_BACK_SECONDS, spec.forecast.horizon_seconds)
-        horizon = max(horizon, math.ceil(asked / step) * step)
+        # As the operator: a release that would reverse a scale-up reads the forecast's
+        # whole horizon (what it asks back after the lookahead).
+        horizon = max(horizon, math.ceil(spec.forecast.horizon_seconds / step) * step)
     placeholders = spec.standby.placeholders
     if placeholders.enabled and placeholders.max_replicas > 0:
         # As the operator: standby covers the forecast's upper peak over the spec's whole

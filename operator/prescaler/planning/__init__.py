@@ -16,7 +16,6 @@ from prescaler.planning._degradation import (
 )
 from prescaler.planning._drain import DrainPlan, PodLoad, drain_plan
 from prescaler.planning._planner import (
-    ASKED_BACK_SECONDS,
     HPA_DOWNSCALE_SECONDS,
     Action,
     DemandPoint,
@@ -75,7 +74,6 @@ from prescaler.planning._windows import (
 )
 
 __all__ = [
-    "ASKED_BACK_SECONDS",
     "BUDGET_ERROR_CAP",
     "BUDGET_GAIN",
     "BUDGET_MAX_TARGET",

@@ -40,10 +40,10 @@ The rules, in order:
    the same demand, and no more (``tests/unit/test_flapping.py``): given the direction
    changes left in the trailing day (``PlanInputs.direction_budget``: the shadow HPA's
    less the fleet's), a release that would reverse the last scale-up holds while none
-   are left. Such a release also keeps what the forecast asks back within
-   :data:`ASKED_BACK_SECONDS` after the lookahead (sized as the target is), and waits
-   wholly if that is every replica: a dip whose end the forecast sees is not worth two of
-   the changes, which a later release would need. Within the period
+   are left. Such a release also keeps what the forecast asks back after the lookahead,
+   over the rest of its horizon (sized as the target is), and waits wholly if that is
+   every replica: a dip whose end the forecast sees is not worth two of the changes,
+   which a later release would need. Within the period
    after a release, replicas come back only for what arrives now (the nowcast guard or
    the queue term) or for a floor (``min_replicas``, a window), not for a forecast or
    margin alone: adding back what was just released is a second direction change in one
@@ -120,13 +120,6 @@ decision of the memory fits in fewer replicas with that share to spare. An HPA d
 act on a load within 10 % of its target; without it, a demand that hovers near a replica's
 edge added and released that replica again and again."""
 
-ASKED_BACK_SECONDS = 3600.0
-"""A release that would reverse a scale-up keeps what the forecast asks back within this
-span after the lookahead (``PolicySpec``'s limit on direction changes): holding a replica
-for an hour costs an hour of it at most, while releasing it and asking it back is a cold
-start and two of the direction changes the fleet has as many of as its HPA, which then
-hold a later release that would have saved more."""
-
 HPA_DOWNSCALE_SECONDS = 300.0
 """Kubernetes' HPA scale-down stabilization window (its default behaviour): the largest
 recommendation of this window holds. A pool that leads its HPA keeps its requirement as
@@ -152,9 +145,9 @@ Driver = Literal[
 """The rule a decision's replica count comes from: a requirement (``forecast``: the
 forecast or the peak risk model; ``observed``: the nowcast guard; ``queue``; ``window``;
 ``floor``: min/maxReplicas), or what held replicas the requirement would release
-(``release``: what the lookahead still needs, or what the forecast asks back within
-:data:`ASKED_BACK_SECONDS` of a release that would reverse a scale-up; ``memory``: the
-recent targets; ``stabilization``: too soon after a scale; ``missing-data``; ``unschedulable``;
+(``release``: what the lookahead still needs, or what the forecast asks back over its
+horizon of a release that would reverse a scale-up; ``memory``: the recent targets;
+``stabilization``: too soon after a scale; ``missing-data``; ``unschedulable``;
 ``direction``: the fleet has changed direction as often as its shadow HPA over the
 trailing day), or ``reactive``: the pool plans as its HPA would (``spec.policy``), the
 HPA's count."""
@@ -811,7 +804,7 @@ def plan(inputs: PlanInputs) -> ScalePlan:
         )
     kept = False  # the release keeps what the forecast asks back
     # A release that would reverse a scale-up spends a direction change: it keeps what the
-    # forecast asks back within the next hour, and waits wholly if that is every replica.
+    # forecast asks back over its horizon, and waits wholly if that is every replica.
     if (
         action == "scale_down"
         and reactive is None
@@ -826,14 +819,13 @@ def plan(inputs: PlanInputs) -> ScalePlan:
             desired, action = current, "hold"
             reason = (
                 f"hold {current} (target {target}): the forecast asks {asked} back within "
-                f"{ASKED_BACK_SECONDS:.0f}s after the lookahead; a release now would be a "
-                f"direction change undone: {why}"
+                f"its horizon; a release now would be a direction change undone: {why}"
             )
         elif asked > desired:
             desired = asked
             reason = (
                 f"scale down {current} -> {desired} (target {target}): the forecast asks "
-                f"{asked} back within {ASKED_BACK_SECONDS:.0f}s after the lookahead: {why}"
+                f"{asked} back within its horizon: {why}"
             )
     # The fleet changes direction no more often than its HPA on the same demand: once it
     # has over the trailing day, a release that would reverse the last scale-up waits (the
@@ -933,11 +925,10 @@ def _asked_back(
     horizon_end: float,
     unit: float | None,
 ) -> int:
-    """The replicas the forecast asks for within :data:`ASKED_BACK_SECONDS` after the
-    lookahead, sized as the lookahead's own target is (the calibrated margin on the mean's
+    """The replicas the forecast asks for after the lookahead, over the rest of its
+    horizon, sized as the lookahead's own target is (the calibrated margin on the mean's
     peak, or until calibrated the upper band); 0 without such a forecast."""
-    until = horizon_end + ASKED_BACK_SECONDS
-    later = [p for p in points if horizon_end < p.t - step <= until]
+    later = [p for p in points if p.t - step > horizon_end]
     if not later:
         return 0
     risk = inputs.risk
