@@ -24,6 +24,7 @@ __all__ = [
     "robust_ratio",
     "rolling_ratio",
     "row_quantile",
+    "row_quantiles",
     "trailing_mean",
     "trailing_median",
 ]
@@ -98,12 +99,12 @@ def log_ratio_bands(
         ok = np.isfinite(a) & np.isfinite(p) & (a >= 0) & (p >= 0)
     count = ok.sum(axis=1)
     a_ok = np.where(ok, a, 0.0)
+    mean = a_ok.sum(axis=1) / np.maximum(count, 1)
+    floor = np.maximum(0.01 * mean, 1e-9)[:, None]
     with np.errstate(invalid="ignore", divide="ignore"):
-        mean = a_ok.sum(axis=1) / np.maximum(count, 1)
-        floor = np.maximum(0.01 * mean, 1e-9)[:, None]
-        ratios = np.where(ok, np.log((a_ok + floor) / (np.where(ok, p, 0.0) + floor)), np.nan)
-    hi = np.exp(row_quantile(ratios, quantile))
-    lo = np.exp(row_quantile(ratios, 1 - quantile))
+        ratios = np.log((a_ok + floor) / (np.where(ok, p, 0.0) + floor))
+    ratios[~ok] = np.nan
+    hi, lo = np.exp(row_quantiles(ratios, (quantile, 1 - quantile)))
     z = normal_quantile(quantile)
     few = count < _MIN_RESIDUALS
     lo = np.where(few, math.exp(-z * DEFAULT_LOG_SPREAD), np.minimum(1.0, lo))
@@ -114,15 +115,25 @@ def log_ratio_bands(
 def row_quantile(values: FloatArray, q: float) -> FloatArray:
     """The ``q`` quantile (linear, as :func:`numpy.quantile`) of each row's finite values;
     NaN for a row without any. Vectorised: ``nanquantile`` loops over rows in Python."""
+    return np.asarray(row_quantiles(values, (q,))[0], dtype=float)
+
+
+def row_quantiles(values: FloatArray, qs: tuple[float, ...]) -> FloatArray:
+    """:func:`row_quantile` at each of ``qs`` (one row of the result per ``q``), the rows
+    sorted once."""
     a = np.sort(values, axis=1)  # NaN sorts last
     count = np.isfinite(values).sum(axis=1)
-    position = q * np.maximum(count - 1, 0)
-    below = np.floor(position).astype(np.int64)
-    above = np.minimum(below + 1, np.maximum(count - 1, 0))
+    last = np.maximum(count - 1, 0)
     rows = np.arange(len(a))
-    weight = position - below
-    out = a[rows, below] * (1 - weight) + a[rows, above] * weight
-    return np.where(count > 0, out, np.nan)
+    out = np.empty((len(qs), len(a)))
+    for i, q in enumerate(qs):
+        position = q * last
+        below = np.floor(position).astype(np.int64)
+        above = np.minimum(below + 1, last)
+        weight = position - below
+        out[i] = a[rows, below] * (1 - weight) + a[rows, above] * weight
+    out[:, count == 0] = np.nan
+    return out
 
 
 def robust_ratio(observed: FloatArray, expected: FloatArray) -> float:

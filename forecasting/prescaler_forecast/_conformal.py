@@ -20,6 +20,7 @@ from dataclasses import replace
 
 import numpy as np
 
+from prescaler_forecast._calibration import row_quantile
 from prescaler_forecast._types import Forecast, ForecastPoint
 
 __all__ = ["OnlineCalibrator"]
@@ -140,8 +141,11 @@ class OnlineCalibrator:
         full = counts == capacity
         if full.any():  # the usual case: every lead's window full, one call for them all
             quantiles[full] = np.quantile(self._errors[:leads][full], self.quantile, axis=1)
-        for k in np.flatnonzero(enough & ~full):  # filled from the ring's start so far
-            quantiles[k] = np.quantile(self._errors[k, : counts[k]], self.quantile)
+        partial = enough & ~full  # filled from the ring's start so far, NaN beyond
+        if partial.any():
+            width = int(counts[partial].max())
+            rows = self._errors[:leads][partial, :width]
+            quantiles[partial] = row_quantile(rows, self.quantile)
         for k in np.flatnonzero(enough):
             point = points[k]
             upper = max(point.mean, point.mean * math.exp(float(quantiles[k])))
