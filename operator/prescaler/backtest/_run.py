@@ -61,12 +61,7 @@ from prescaler.backtest._roles import DisaggregatedResult
 from prescaler.backtest._shadow import ShadowHpa, ShadowSetup
 from prescaler.backtest._simulate import FleetConfig, Progress
 from prescaler.capacity import CapacityModel, Role
-from prescaler.planning import (
-    PolicyChoice,
-    PolicyName,
-    ScheduledWindow,
-    event_windows,
-)
+from prescaler.planning import PolicyChoice, PolicyName, ScheduledWindow, event_windows
 from prescaler.settings import ReconcileSettings
 
 POLICIES = (

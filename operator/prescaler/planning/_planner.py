@@ -802,7 +802,6 @@ def plan(inputs: PlanInputs) -> ScalePlan:
             f"hold {current} (target {target}): only the ramp nowcast asks for more; "
             f"without it the plan needs {max(without_ramp, fixed_floor)}: {why}"
         )
-    kept = False  # the release keeps what the forecast asks back
     # A release that would reverse a scale-up spends a direction change: it keeps what the
     # forecast asks back over its horizon, and waits wholly if that is every replica.
     if (
@@ -811,18 +810,15 @@ def plan(inputs: PlanInputs) -> ScalePlan:
         and policy.direction_changes_as_hpa
         and _last_move_up(fleet)
     ):
-        asked = _asked_back(inputs, points, step, horizon_end, risk_unit)
-        asked = min(asked, policy.max_replicas)
-        if asked > desired:
-            driver, kept = "release", True
+        asked = min(_asked_back(inputs, points, step, horizon_end, risk_unit), policy.max_replicas)
         if asked >= current:
-            desired, action = current, "hold"
+            desired, action, driver = current, "hold", "release"
             reason = (
                 f"hold {current} (target {target}): the forecast asks {asked} back within "
                 f"its horizon; a release now would be a direction change undone: {why}"
             )
         elif asked > desired:
-            desired = asked
+            desired, driver = asked, "release"
             reason = (
                 f"scale down {current} -> {desired} (target {target}): the forecast asks "
                 f"{asked} back within its horizon: {why}"
@@ -864,8 +860,9 @@ def plan(inputs: PlanInputs) -> ScalePlan:
             f"cannot be scheduled (no node has room), more would only queue: {why}"
         )
         driver = "floor"
-    elif desired > target and driver != "direction" and not kept:
-        # Replicas the requirement would release, kept: by which rule.
+    elif desired > target and driver not in ("direction", "release"):
+        # Replicas the requirement would release, kept: by which rule (unless the direction
+        # limit or what the forecast asks back, above, kept them).
         if desired == current and (not may_shrink or (blind and inputs.forecast_expected)):
             driver = "missing-data"
         elif desired > hard_floor:
