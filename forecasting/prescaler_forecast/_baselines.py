@@ -7,6 +7,7 @@ import math
 
 import numpy as np
 import pandas as pd
+from numpy.lib.stride_tricks import sliding_window_view
 
 from prescaler_forecast._base import Band, Forecaster
 from prescaler_forecast._calibration import (
@@ -67,12 +68,13 @@ class Persistence(Forecaster):
 
     def _band(self, n_leads: int, quantile: float) -> Band:
         y, level = self._y[-len(self._levels) :], self._levels
-        # Row k-1: the value k bins after each level against that level.
+        # Row k-1: the value k bins after each level against that level (NaN past the
+        # history's end, which leaves the pair out). Views of one padded copy, not a
+        # gathered matrix.
         n = len(level)
-        at = np.arange(1, n_leads + 1)[:, None] + np.arange(n)[None, :]
-        inside = at < n
-        actual = np.where(inside, y[np.minimum(at, n - 1)], np.nan)
-        lo, hi = log_ratio_bands(actual, np.where(inside, level[None, :], np.nan), quantile)
+        padded = np.concatenate([y[1:], np.full(n_leads, np.nan)])
+        actual = sliding_window_view(padded, n)[:n_leads]
+        lo, hi = log_ratio_bands(actual, np.broadcast_to(level, actual.shape), quantile)
         return Band.multiplicative(lo, hi)
 
 
@@ -177,9 +179,8 @@ class SeasonalNaive(Forecaster):
             * self._ratio_series[np.maximum(origins, 0)]
         )
         actual = np.broadcast_to(self._y[targets], origins.shape)
-        lo, hi = log_ratio_bands(
-            np.where(keep, actual, np.nan), np.where(keep, pred, np.nan), quantile
-        )
+        # A pair without its forecast's origin is left out (its actual reads NaN).
+        lo, hi = log_ratio_bands(np.where(keep, actual, np.nan), pred, quantile)
         return Band.multiplicative(lo, hi)
 
 

@@ -37,6 +37,7 @@ three hours."""
 RATIO_CLIP = (1 / 3, 3.0)
 
 FloatArray = np.ndarray
+IntArray = np.ndarray
 
 DEFAULT_LOG_SPREAD = 0.25
 """Standard deviation of log-ratios assumed when too few residuals exist to measure it."""
@@ -93,18 +94,30 @@ def log_ratio_bands(
     """:func:`log_ratio_band` of every row of two equally shaped 2-D arrays (NaN pads a
     short row), as arrays of ``lower`` and ``upper`` multipliers: one sort for all the
     leads of a band, not a quantile per lead."""
+    # In place where it can be: at every lead of a two-hour band over two days of origins
+    # the arrays are megabytes, and each fresh temporary costs more (its pages) than the
+    # arithmetic on it.
     a = np.asarray(actual, dtype=float)
     p = np.asarray(predicted, dtype=float)
     with np.errstate(invalid="ignore"):
-        ok = np.isfinite(a) & np.isfinite(p) & (a >= 0) & (p >= 0)
+        ok = np.isfinite(a)
+        ok &= np.isfinite(p)
+        ok &= a >= 0
+        ok &= p >= 0
     count = ok.sum(axis=1)
-    a_ok = np.where(ok, a, 0.0)
-    mean = a_ok.sum(axis=1) / np.maximum(count, 1)
+    ratios = np.where(ok, a, 0.0)
+    mean = ratios.sum(axis=1) / np.maximum(count, 1)
     floor = np.maximum(0.01 * mean, 1e-9)[:, None]
+    ratios += floor
+    below = np.where(ok, p, 0.0)
+    below += floor
     with np.errstate(invalid="ignore", divide="ignore"):
-        ratios = np.log((a_ok + floor) / (np.where(ok, p, 0.0) + floor))
-    ratios[~ok] = np.nan
-    hi, lo = np.exp(row_quantiles(ratios, (quantile, 1 - quantile)))
+        np.divide(ratios, below, out=ratios)
+        np.log(ratios, out=ratios)
+    np.copyto(ratios, np.nan, where=~ok)
+    finite = np.isfinite(ratios).sum(axis=1)
+    ratios.sort(axis=1)  # ours: sorted in place, NaN last
+    hi, lo = np.exp(_sorted_row_quantiles(ratios, finite, (quantile, 1 - quantile)))
     z = normal_quantile(quantile)
     few = count < _MIN_RESIDUALS
     lo = np.where(few, math.exp(-z * DEFAULT_LOG_SPREAD), np.minimum(1.0, lo))
@@ -121,8 +134,14 @@ def row_quantile(values: FloatArray, q: float) -> FloatArray:
 def row_quantiles(values: FloatArray, qs: tuple[float, ...]) -> FloatArray:
     """:func:`row_quantile` at each of ``qs`` (one row of the result per ``q``), the rows
     sorted once."""
-    a = np.sort(values, axis=1)  # NaN sorts last
-    count = np.isfinite(values).sum(axis=1)
+    return _sorted_row_quantiles(
+        np.sort(values, axis=1), np.isfinite(values).sum(axis=1), qs
+    )  # NaN sorts last
+
+
+def _sorted_row_quantiles(a: FloatArray, count: IntArray, qs: tuple[float, ...]) -> FloatArray:
+    """:func:`row_quantiles` of rows already sorted (NaN last), ``count`` finite values
+    in each."""
     last = np.maximum(count - 1, 0)
     rows = np.arange(len(a))
     out = np.empty((len(qs), len(a)))

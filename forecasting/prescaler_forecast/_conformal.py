@@ -102,13 +102,11 @@ class OnlineCalibrator:
         capacity = errors.shape[1]
         for origin in sorted(self._pending):
             means = self._pending[origin]
-            for k in range(1, len(means) + 1):
-                b = origin + k - 1  # lead 1 is the bin that starts at the origin
-                if b <= self._last_scored or b < first:
-                    continue
-                if b > last:
-                    break
-                actual, mean = y[b - first], means[k - 1]
+            # Lead k is bin origin + k - 1 (lead 1 starts at the origin): the leads whose
+            # bins are new and in ``values``.
+            since = max(self._last_scored + 1, first)
+            for k in range(max(1, since - origin + 1), min(len(means), last - origin + 1) + 1):
+                actual, mean = y[origin + k - 1 - first], means[k - 1]
                 if math.isfinite(actual) and actual >= 0 and mean > 0 and k <= len(errors):
                     floor = 1e-3 * mean
                     at = written[k - 1] % capacity

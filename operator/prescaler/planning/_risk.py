@@ -555,28 +555,34 @@ def observe_risk(
     if demand is not None:
         mean = demand if mean is None else mean * fade + demand * (1.0 - fade)
         peak = demand if peak is None else max(demand, peak * fade + mean * (1.0 - fade))
+    # What waits now against the ready fleet (and the shadow's) is the same for every open
+    # lookahead; only a lookahead scored against its own sized demand differs.
+    waited_now = hpa_waited_now = None
+    if demand is not None:
+        if ready_capacity is not None:
+            waited_now = waiting_demand(demand, ready_capacity, waiting, interval)
+        if hpa_ready_capacity is not None:
+            hpa_waited_now = waiting_demand(demand, hpa_ready_capacity, hpa_waiting, interval)
     for look in risk.pending:
         if demand is not None and look.start <= now <= look.end:
-            look = replace(
-                look,
+            look = Lookahead(
+                start=look.start,
+                end=look.end,
+                base=look.base,
+                sized=look.sized,
+                unit=look.unit,
                 peak=max(look.peak, demand),
                 demand=look.demand + demand,
                 waited=look.waited
-                + waiting_demand(
-                    demand,
-                    look.sized if ready_capacity is None else ready_capacity,
-                    waiting,
-                    interval,
+                + (
+                    waiting_demand(demand, look.sized, waiting, interval)
+                    if waited_now is None
+                    else waited_now
                 ),
                 seen=look.seen + 1,
+                hpa_waited=look.hpa_waited + (hpa_waited_now or 0.0),
+                hpa_seen=look.hpa_seen + (0 if hpa_waited_now is None else 1),
             )
-            if hpa_ready_capacity is not None:
-                look = replace(
-                    look,
-                    hpa_waited=look.hpa_waited
-                    + waiting_demand(demand, hpa_ready_capacity, hpa_waiting, interval),
-                    hpa_seen=look.hpa_seen + 1,
-                )
         if now < look.end:
             still.append(look)
             continue
