@@ -389,12 +389,46 @@ def test_a_release_that_reverses_a_scale_up_keeps_what_the_forecast_asks_back() 
     assert (late.action, late.desired_replicas) == ("scale_down", 3)
 
 
-def test_a_release_that_goes_on_or_frees_its_changes_does_not_wait_for_the_forecast() -> None:
-    """After a scale-down a release is no direction change, and with ``directionChanges:
-    free`` changes are not counted: both release to the lookahead's target."""
+def test_a_release_after_a_release_keeps_what_the_forecast_asks_back_too() -> None:
+    """Buying replicas back after any release is a direction change: a release that goes
+    on keeps what the forecast asks back as well (it waits wholly when that is every
+    replica), and with ``directionChanges: free`` it releases to the lookahead's target."""
     soon = COLD_START + POLICY.lead_margin_seconds + 1800.0
-    on = after(Dip(3.0, 8.0, soon), up=NOW - 7200, down=NOW - 3600)
-    assert (on.action, on.desired_replicas) == ("scale_down", 3)
+    up, down = NOW - 7200, NOW - 3600  # the last scale was down
+    on = after(Dip(3.0, 8.0, soon), up=up, down=down)
+    assert (on.action, on.desired_replicas, on.driver) == ("hold", 8, "release")
+    partly = after(Dip(3.0, 6.0, soon), up=up, down=down)
+    assert (partly.action, partly.desired_replicas) == ("scale_down", 6)
+    late = after(Dip(3.0, 8.0, 121 * STEP), up=up, down=down)
+    assert (late.action, late.desired_replicas) == ("scale_down", 3)
     free = replace(POLICY, direction_changes_as_hpa=False)
     released = after(Dip(3.0, 8.0, soon), up=NOW - 3600, down=NOW - 7200, policy=free)
     assert (released.action, released.desired_replicas) == ("scale_down", 3)
+
+
+def test_a_release_that_reverses_a_scale_up_frees_more_than_the_hpas_tolerance() -> None:
+    """A direction change is not spent on a tenth of the fleet or less (the HPA does not
+    act within its 10 % tolerance): after a scale-up, a fleet of 20 that 19 serve holds,
+    one that 17 serve releases 3; after a scale-down, it releases the one."""
+    up, down = NOW - 3600, NOW - 7200
+    held = with_budget(20, 19.0, None, up=up, down=down)
+    assert (held.action, held.desired_replicas, held.driver) == ("hold", 20, "release")
+    assert held.target_replicas == 19
+    assert "tolerance" in held.reason
+    assert with_budget(20, 18.0, None, up=up, down=down).desired_replicas == 20  # 2 of 20
+    released = with_budget(20, 17.0, None, up=up, down=down)
+    assert (released.action, released.desired_replicas) == ("scale_down", 17)
+    on = with_budget(20, 19.0, None, up=down, down=up)
+    assert (on.action, on.desired_replicas) == ("scale_down", 19)
+    free = replace(POLICY, direction_changes_as_hpa=False)
+    loose = plan(
+        PlanInputs(
+            now=NOW,
+            capacity=CAPACITY,
+            fleet=FleetState(20, 20, last_scale_up_at=up, last_scale_down_at=down),
+            policy=free,
+            cold_start_seconds=COLD_START,
+            forecast=Flat(19.0, NOW),
+        )
+    )
+    assert (loose.action, loose.desired_replicas) == ("scale_down", 19)

@@ -40,10 +40,11 @@ The rules, in order:
    the same demand, and no more (``tests/unit/test_flapping.py``): given the direction
    changes left in the trailing day (``PlanInputs.direction_budget``: the shadow HPA's
    less the fleet's), a release that would reverse the last scale-up holds while none
-   are left. Such a release also keeps what the forecast asks back after the lookahead,
-   over the rest of its horizon (sized as the target is), and waits wholly if that is
-   every replica: a dip whose end the forecast sees is not worth two of the changes,
-   which a later release would need. Within the period
+   are left, and frees more than :data:`RELEASE_TOLERANCE` of the fleet or waits. Every
+   release keeps what the forecast asks back after the lookahead, over the rest of its
+   horizon (sized as the target is), and waits wholly if that is every replica: buying
+   replicas back is a direction change, and a dip whose end the forecast sees is not
+   worth the changes a later release would need. Within the period
    after a release, replicas come back only for what arrives now (the nowcast guard or
    the queue term) or for a floor (``min_replicas``, a window), not for a forecast or
    margin alone: adding back what was just released is a second direction change in one
@@ -118,7 +119,9 @@ RELEASE_TOLERANCE = 0.1
 fleet that serves its demand with this share to spare, so a release waits until every
 decision of the memory fits in fewer replicas with that share to spare. An HPA does not
 act on a load within 10 % of its target; without it, a demand that hovers near a replica's
-edge added and released that replica again and again."""
+edge added and released that replica again and again. A release that would reverse a
+scale-up frees more than this share of the fleet, or waits (with ``directionChanges:
+asHpa``): a direction change spent on less is one a later, larger release needs."""
 
 HPA_DOWNSCALE_SECONDS = 300.0
 """Kubernetes' HPA scale-down stabilization window (its default behaviour): the largest
@@ -802,26 +805,36 @@ def plan(inputs: PlanInputs) -> ScalePlan:
             f"hold {current} (target {target}): only the ramp nowcast asks for more; "
             f"without it the plan needs {max(without_ramp, fixed_floor)}: {why}"
         )
-    # A release that would reverse a scale-up spends a direction change: it keeps what the
-    # forecast asks back over its horizon, and waits wholly if that is every replica.
-    if (
-        action == "scale_down"
-        and reactive is None
-        and policy.direction_changes_as_hpa
-        and _last_move_up(fleet)
-    ):
+    # Replicas released and bought back cost a direction change (two, if the release
+    # reverses a scale-up): a release keeps what the forecast asks back over its horizon,
+    # and waits wholly if that is every replica. One that would reverse a scale-up frees
+    # more than the HPA's tolerance of the fleet, or waits: a change is not spent on less.
+    if action == "scale_down" and reactive is None and policy.direction_changes_as_hpa:
         asked = min(_asked_back(inputs, points, step, horizon_end, risk_unit), policy.max_replicas)
         if asked >= current:
             desired, action, driver = current, "hold", "release"
             reason = (
                 f"hold {current} (target {target}): the forecast asks {asked} back within "
-                f"its horizon; a release now would be a direction change undone: {why}"
+                f"its horizon; buying them back would be a direction change: {why}"
             )
         elif asked > desired:
             desired, driver = asked, "release"
             reason = (
                 f"scale down {current} -> {desired} (target {target}): the forecast asks "
                 f"{asked} back within its horizon: {why}"
+            )
+        if (
+            action == "scale_down"
+            and _last_move_up(fleet)
+            and current <= policy.max_replicas
+            and current - desired <= RELEASE_TOLERANCE * current
+        ):
+            freed = current - desired
+            desired, action, driver = current, "hold", "release"
+            reason = (
+                f"hold {current} (target {target}): releasing {freed} would reverse the last "
+                f"scale-up for no more than the HPA's tolerance ({RELEASE_TOLERANCE:.0%} of "
+                f"the fleet): {why}"
             )
     # The fleet changes direction no more often than its HPA on the same demand: once it
     # has over the trailing day, a release that would reverse the last scale-up waits (the
