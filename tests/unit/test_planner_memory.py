@@ -270,7 +270,13 @@ def test_a_ramp_the_nowcast_alone_sees_extends_a_scale_up_but_does_not_start_one
 
 
 def with_budget(
-    current: int, rps: float, budget: int | None, *, up: float | None, down: float | None
+    current: int,
+    rps: float,
+    budget: int | None,
+    *,
+    up: float | None,
+    down: float | None,
+    policy: ScalingPolicy = POLICY,
 ) -> ScalePlan:
     """A fleet of ``current`` on a flat forecast of ``rps``, its last scale-up at ``up``
     and scale-down at ``down`` (well past the period), ``budget`` direction changes left."""
@@ -279,7 +285,7 @@ def with_budget(
             now=NOW,
             capacity=CAPACITY,
             fleet=FleetState(current, current, last_scale_up_at=up, last_scale_down_at=down),
-            policy=POLICY,
+            policy=policy,
             cold_start_seconds=COLD_START,
             forecast=Flat(rps, NOW),
             direction_budget=budget,
@@ -421,14 +427,5 @@ def test_a_release_that_reverses_a_scale_up_frees_more_than_the_hpas_tolerance()
     on = with_budget(20, 19.0, None, up=down, down=up)
     assert (on.action, on.desired_replicas) == ("scale_down", 19)
     free = replace(POLICY, direction_changes_as_hpa=False)
-    loose = plan(
-        PlanInputs(
-            now=NOW,
-            capacity=CAPACITY,
-            fleet=FleetState(20, 20, last_scale_up_at=up, last_scale_down_at=down),
-            policy=free,
-            cold_start_seconds=COLD_START,
-            forecast=Flat(19.0, NOW),
-        )
-    )
+    loose = with_budget(20, 19.0, None, up=up, down=down, policy=free)
     assert (loose.action, loose.desired_replicas) == ("scale_down", 19)
