@@ -58,6 +58,11 @@ def test_a_reactive_pool_replays_exactly_as_the_hpa() -> None:
     (policy,) = [p for p in run.policies if isinstance(p, AutoPolicy)]
     assert set(policy.decisions) == {"reactive"}
     assert run.policy_json()["predictive"]["ended_on"] == "reactive"
+    # What drove the fleet: the HPA, every decision (the planner, deciding beside it in
+    # reactive mode, drives nothing the fleet gets).
+    assert set(policy.drivers) == {"reactive"}
+    assert policy.predictive.drivers  # it did decide
+    assert run.drivers()["predictive"]["reactive"]["gpu_hour_share"] == 1.0
 
 
 def test_a_leading_pool_replays_as_the_hpa_led_by_its_forecast() -> None:
@@ -66,6 +71,8 @@ def test_a_leading_pool_replays_as_the_hpa_led_by_its_forecast() -> None:
     (policy,) = [p for p in run.policies if isinstance(p, AutoPolicy)]
     assert set(policy.decisions) == {"leading"}
     assert run.policy_json()["predictive"]["ended_on"] == "leading"
+    assert policy.drivers == policy.predictive.drivers  # the planner plans every count
+    assert "reactive" in policy.drivers
     led, hpa = run.result.scores["predictive"], run.result.scores["reactive"]
     # The larger of two recommendations: never fewer GPU-hours than the HPA's own (its
     # count is one of them), and no more waiting.

@@ -494,6 +494,8 @@ class PredictivePolicy:
     drivers: dict[Driver, tuple[int, float]] = field(default_factory=dict, init=False)
     """Per driver (:data:`prescaler.planning.Driver`): the decisions it drove, and the
     replica-seconds they asked for until the next decision."""
+    last_driver: Driver | None = field(default=None, init=False)
+    """The last decision's driver."""
     _state: FleetState | None = field(default=None, repr=False)
     _forecast: ForecastLike | None = field(default=None, repr=False)
     _forecast_at: int = field(default=-1, repr=False)
@@ -602,11 +604,8 @@ class PredictivePolicy:
         )
         if self.risk is not None:
             self.risk = remember_plan(self.risk, decision)
-        count, seconds = self.drivers.get(decision.driver, (0, 0.0))
-        self.drivers[decision.driver] = (
-            count + 1,
-            seconds + decision.desired_replicas * self.interval,
-        )
+        _count(self.drivers, decision.driver, decision.desired_replicas * self.interval)
+        self.last_driver = decision.driver
         self._state = next_fleet_state(state, decision)
         self._forecast_usable = decision.forecast_usable
         self.standby = decision.standby_replicas
@@ -639,6 +638,12 @@ class SharedForecasts:
     def held(self) -> int:
         """Forecasts made and not yet had by every run."""
         return len(self._made)
+
+
+def _count(drivers: dict[Driver, tuple[int, float]], driver: Driver, seconds: float) -> None:
+    """One more decision ``driver`` drove, asking for ``seconds`` of replica time."""
+    count, total = drivers.get(driver, (0, 0.0))
+    drivers[driver] = (count + 1, total + seconds)
 
 
 class _PlannerFront:
@@ -700,6 +705,21 @@ class AutoPolicy(_PlannerFront):
     name: str = "predictive"
     decisions: dict[PolicyName, int] = field(default_factory=dict)
     """Decisions made in each mode."""
+    fleet_drivers: dict[Driver, tuple[int, float]] = field(default_factory=dict, init=False)
+    """What drove the fleet's decisions (:attr:`drivers`)."""
+
+    @property
+    def drivers(self) -> dict[Driver, tuple[int, float]]:
+        """What drove the fleet's count at each decision, as :attr:`PredictivePolicy.drivers`
+        counts it: the planner's driver where it plans (forecast, leading), ``reactive``
+        (or ``window``, where a window's floor was more) where the HPA does. The planner
+        keeps deciding in reactive mode too, but its count is not the fleet's."""
+        return self.fleet_drivers
+
+    def _drove(self, driver: Driver | None, replicas: int) -> int:
+        if driver is not None:
+            _count(self.fleet_drivers, driver, replicas * self.interval_seconds)
+        return replicas
 
     @property
     def interval_seconds(self) -> float:
@@ -717,10 +737,11 @@ class AutoPolicy(_PlannerFront):
         mode = self.in_force(obs.now)
         self.decisions[mode] = self.decisions.get(mode, 0) + 1
         if mode == "leading":  # the planner plans the HPA's count, led: windows included
-            return self.predictive.decide(obs, lead=self.reactive)
+            led = self.predictive.decide(obs, lead=self.reactive)
+            return self._drove(self.predictive.last_driver, led)
         planned = self.predictive.decide(obs)
         hpa = self.reactive.decide(obs)
         if mode == "forecast":
-            return planned
+            return self._drove(self.predictive.last_driver, planned)
         floor = self.windows.decide(obs) if self.windows is not None else 0
-        return max(hpa, floor)
+        return self._drove("window" if floor > hpa else "reactive", max(hpa, floor))
