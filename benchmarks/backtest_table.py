@@ -67,6 +67,17 @@ COMMON = [
 OPERATING_POINT = ["--persistence-k", "1.4"]
 
 SG = TRACES / "servegen_m_small" / "language__m-small"
+
+
+def _fetched(name: str) -> list[str]:
+    """A fetched rate trace's last 14 days after 35 of history, 1000/200 tokens a request."""
+    return [
+        *("--trace", str(fetched(name)), "--format", "rate"),
+        *("--prompt-tokens", "1000", "--output-tokens", "200"),
+        *("--replay-days", "14", "--history-days", "35"),
+    ]
+
+
 RUNS: dict[str, list[str]] = {
     "servegen (14 d, 1-min decisions)": [
         "--trace",
@@ -112,34 +123,7 @@ RUNS: dict[str, list[str]] = {
     ],
     # The fetched real traces (benchmarks/fetch_traces.py), their last 14 days as in the
     # frontier's held-out cells.
-    "flights (last 14 d, 1-min decisions)": [
-        "--trace",
-        str(fetched("flights")),
-        "--format",
-        "rate",
-        "--prompt-tokens",
-        "1000",
-        "--output-tokens",
-        "200",
-        "--replay-days",
-        "14",
-        "--history-days",
-        "35",
-    ],
-    "retail (last 14 d, 1-min decisions)": [
-        "--trace",
-        str(fetched("retail")),
-        "--format",
-        "rate",
-        "--prompt-tokens",
-        "1000",
-        "--output-tokens",
-        "200",
-        "--replay-days",
-        "14",
-        "--history-days",
-        "35",
-    ],
+    **{f"{name} (last 14 d, 1-min decisions)": _fetched(name) for name in ("flights", "retail")},
 }
 
 
