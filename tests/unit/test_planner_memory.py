@@ -277,9 +277,11 @@ def with_budget(
     up: float | None,
     down: float | None,
     policy: ScalingPolicy = POLICY,
+    reserve: int | None = None,
 ) -> ScalePlan:
     """A fleet of ``current`` on a flat forecast of ``rps``, its last scale-up at ``up``
-    and scale-down at ``down`` (well past the period), ``budget`` direction changes left."""
+    and scale-down at ``down`` (well past the period), ``budget`` direction changes left
+    over the day and ``reserve`` over the week."""
     return plan(
         PlanInputs(
             now=NOW,
@@ -289,6 +291,7 @@ def with_budget(
             cold_start_seconds=COLD_START,
             forecast=Flat(rps, NOW),
             direction_budget=budget,
+            direction_reserve=reserve,
         )
     )
 
@@ -305,6 +308,25 @@ def test_a_release_that_reverses_a_scale_up_waits_while_no_direction_change_is_l
     for budget in (1, None):
         released = with_budget(8, 3.0, budget, up=up, down=down)
         assert (released.action, released.desired_replicas) == ("scale_down", 3)
+
+
+def test_a_release_of_most_of_the_fleet_spends_the_weeks_direction_changes() -> None:
+    """With the day's direction changes spent, a release that frees more than half the
+    fleet goes ahead while the trailing week has one left (a night is not held at the
+    evening's peak); a smaller one, or any with the week's spent too, still waits."""
+    up, down = NOW - 3600, NOW - 7200
+    released = with_budget(8, 3.0, 0, up=up, down=down, reserve=1)
+    assert (released.action, released.desired_replicas) == ("scale_down", 3)
+    assert "spends one of the week's 1" in released.reason
+    # Half the fleet or less: the day's limit holds, whatever the week has left.
+    half = with_budget(8, 4.0, 0, up=up, down=down, reserve=5)
+    assert (half.action, half.desired_replicas, half.driver) == ("hold", 8, "direction")
+    # The week's spent as well: the release waits, however much it frees.
+    for reserve in (0, -1, None):
+        held = with_budget(8, 3.0, 0, up=up, down=down, reserve=reserve)
+        assert (held.action, held.desired_replicas, held.driver) == ("hold", 8, "direction")
+    # With the day's changes left, the week's play no part.
+    assert with_budget(8, 3.0, 1, up=up, down=down, reserve=0).desired_replicas == 3
 
 
 def test_the_direction_budget_never_holds_a_scale_up_or_a_release_that_goes_on() -> None:
@@ -358,8 +380,7 @@ class Dip:
     def __init__(self, low: float, high: float, back: float, at: float = NOW) -> None:
         self.generated_at, self.step_seconds = at, STEP
         self.points = tuple(
-            _Point(at + STEP * (i + 1), low if STEP * (i + 1) < back else high)
-            for i in range(120)
+            _Point(at + STEP * (i + 1), low if STEP * (i + 1) < back else high) for i in range(120)
         )
 
 

@@ -29,7 +29,10 @@ def spec(**fields: Any) -> InferencePoolSpec:
 
 def seed(evidence: Evidence, at: float) -> Seed:
     window = AgainstHpaWindow(
-        observed_hours=24.0, gpu_hours=1.0, standby_gpu_hours=0.0, hpa_gpu_hours=1.0,
+        observed_hours=24.0,
+        gpu_hours=1.0,
+        standby_gpu_hours=0.0,
+        hpa_gpu_hours=1.0,
         saved_gpu_hours=0.0,
     )
     return Seed(PeakRisk(), window, 24.0, evidence=evidence, replayed_at=at)

@@ -293,3 +293,8 @@ def test_both_fleets_direction_changes_are_counted_as_the_backtest_counts_them()
     later = now + 300 * 24 * 12
     assert compare(state, later, "24h", 86400).observed_hours > 22
     assert direction_budget(state, later) == 0
+    # The trailing week still holds the first two hours' changes, and has seen one day of
+    # seven: the fleet may lead the shadow's count by one there.
+    week = compare(state, later, "7d", 7 * 86400)
+    assert (week.direction_changes, week.hpa_direction_changes) == (5, day.hpa_direction_changes)
+    assert direction_budget(state, later, "7d") == day.hpa_direction_changes - 5 + 1

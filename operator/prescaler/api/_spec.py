@@ -560,7 +560,9 @@ class ScaleDownSpec(WireModel):
     """``asHpa``: the fleet changes direction (a scale-down after a scale-up, or the
     reverse) no more often than its shadow HPA on the same demand: while its count over
     the trailing day has reached the shadow's (``status.againstHpa.last24Hours``), a
-    release that would reverse a scale-up waits (a scale-up never does). Planning on the
+    release that would reverse a scale-up waits (a scale-up never does), unless it frees
+    more than half the fleet and the trailing week's count (``last7Days``) is still below
+    the shadow's. Planning on the
     forecast, every release also keeps what the forecast asks back within its horizon,
     and one that would reverse a scale-up frees more than the HPA's 10 % tolerance of the
     fleet or waits (``docs/scale-down.md``). ``free``: a

@@ -439,7 +439,7 @@ class HpaShadow(Protocol):
     @property
     def waiting(self) -> float: ...
     def spend(self, now: float) -> Spend: ...
-    def direction_budget(self, now: float) -> int: ...
+    def direction_budget(self, now: float, window: str = "24h") -> int: ...
 
 
 @dataclass
@@ -564,6 +564,7 @@ class PredictivePolicy:
         self._observed = remember_observation(self._observed, obs.now, observed)
         sizing = None
         budget: int | None = None
+        reserve: int | None = None
         if self.objective is not None:
             # The operator's order: score the lookaheads that ended, then size.
             risk = self.risk or PeakRisk()
@@ -574,6 +575,7 @@ class PredictivePolicy:
                 spend = self.hpa.spend(obs.now)
                 self.hpa.observe(obs.now, observed, obs.ready, obs.existing)
                 budget = self.hpa.direction_budget(obs.now)
+                reserve = self.hpa.direction_budget(obs.now, "7d")
             self.risk = observe_risk(
                 risk,
                 self.objective,
@@ -598,6 +600,7 @@ class PredictivePolicy:
                 risk=sizing,
                 decision_interval_seconds=self.interval,
                 direction_budget=budget,
+                direction_reserve=reserve,
                 reactive_replicas=reactive,
                 leading_target=lead.target if lead is not None else None,
             )

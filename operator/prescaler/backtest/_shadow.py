@@ -265,9 +265,9 @@ class ShadowHpa:
         """Both fleets' GPU-hours over the trailing day (:func:`trailing_spend`)."""
         return trailing_spend(self.state, now)
 
-    def direction_budget(self, now: float) -> int:
+    def direction_budget(self, now: float, window: str = "24h") -> int:
         """Direction changes the fleet may still make (:func:`direction_budget`)."""
-        return direction_budget(self.state, now)
+        return direction_budget(self.state, now, window)
 
 
 def hpa_ready_capacity(state: ShadowState, setup: ShadowSetup) -> float | None:
@@ -570,16 +570,20 @@ def trailing_spend(state: ShadowState, now: float) -> Spend:
     return Spend(day.gpu_hours, day.hpa_gpu_hours, day.observed_hours)
 
 
-def direction_budget(state: ShadowState, now: float) -> int:
-    """How many more times prescaler's fleet may change direction over the trailing day:
-    the shadow HPA's direction changes in it less the fleet's (the ``24h`` window's
-    buckets). The planner holds a release that would reverse a scale-up while it is zero
-    or less (``PlanInputs.direction_budget``). Over a day the shadow has not wholly
-    observed (a new pool's first, or one with a gap in its metrics) one more: the
-    shadow's count is then short of the HPA's, and a fleet that releases its overshoot
-    before the HPA's first change of direction would otherwise keep it until then."""
-    day = compare(state, now, "24h", DAY)
-    left = day.hpa_direction_changes - day.direction_changes
-    # A day the shadow has not wholly observed (a new pool, a metrics gap) does not hold
+def direction_budget(state: ShadowState, now: float, window: str = "24h") -> int:
+    """How many more times prescaler's fleet may change direction over the trailing day
+    (``window`` ``7d``: week): the shadow HPA's direction changes in it less the fleet's
+    (the window's buckets). The planner holds a release that would reverse a scale-up while
+    the day's is zero or less (``PlanInputs.direction_budget``), unless it frees most of
+    the fleet and the week's is not (``PlanInputs.direction_reserve``). Over a window the
+    shadow has not wholly observed (a new pool's first, or one with a gap in its metrics)
+    one more: the shadow's count is then short of the HPA's, and a fleet that releases its
+    overshoot before the HPA's first change of direction would otherwise keep it until
+    then."""
+    span = dict(WINDOWS)[window]
+    seen = compare(state, now, window, span)
+    left = seen.hpa_direction_changes - seen.direction_changes
+    # A window the shadow has not wholly observed (a new pool, a metrics gap) does not hold
     # all of the HPA's changes yet: the fleet may lead it by one.
-    return left + 1 if day.observed_hours < WHOLE_DAY_HOURS else left
+    whole = span / HOUR - (DAY / HOUR - WHOLE_DAY_HOURS)
+    return left + 1 if seen.observed_hours < whole else left

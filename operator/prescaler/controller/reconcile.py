@@ -521,6 +521,7 @@ class Reconciler:
             reactive,
             directions_left(shadow.state, now) if shadow is not None else None,
             leading_target,
+            directions_left(shadow.state, now, "7d") if shadow is not None else None,
         )
         self._observed[key] = remember_observation(recent, at, observed)
         decision, change = external.govern(spec, pool.generation, examined, decision)
@@ -1414,6 +1415,7 @@ def decide(
     reactive: int | None = None,
     direction_budget: int | None = None,
     leading_target: float | None = None,
+    direction_reserve: int | None = None,
 ) -> ScalePlan:
     """The planner's inputs from what was gathered, and its decision (pure). ``risk`` is
     the peak risk model's margin (see :func:`prescaler.controller.status.learn_risk`);
@@ -1422,7 +1424,8 @@ def decide(
     the count the pool's HPA holds, when the pool plans as its HPA would;
     ``direction_budget`` the direction changes the fleet may still make
     (:func:`prescaler.backtest.direction_budget`); ``leading_target`` the HPA's target,
-    when the forecast leads the HPA (``PlanInputs.leading_target``)."""
+    when the forecast leads the HPA (``PlanInputs.leading_target``); ``direction_reserve``
+    the same as ``direction_budget`` over the trailing week (``PlanInputs.direction_reserve``)."""
     snapshot = gathered.snapshot
     observed = snapshot.demand if snapshot else None
     hot = spec.standby.hot.replicas > 0
@@ -1460,6 +1463,7 @@ def decide(
             decision_interval_seconds=interval_seconds,
             reactive_replicas=reactive,
             direction_budget=direction_budget,
+            direction_reserve=direction_reserve,
             leading_target=leading_target,
         )
     )

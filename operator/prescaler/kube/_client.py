@@ -378,9 +378,7 @@ class KubeClient:
         """
 
         def run() -> Any:
-            response = fn(
-                *args, _preload_content=False, _request_timeout=self._timeout, **kwargs
-            )
+            response = fn(*args, _preload_content=False, _request_timeout=self._timeout, **kwargs)
             data = response.data
             return json.loads(data) if data else None
 

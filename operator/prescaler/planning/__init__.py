@@ -16,6 +16,7 @@ from prescaler.planning._degradation import (
 )
 from prescaler.planning._drain import DrainPlan, PodLoad, drain_plan
 from prescaler.planning._planner import (
+    BORROW_SHARE,
     HPA_DOWNSCALE_SECONDS,
     Action,
     DemandPoint,
@@ -74,6 +75,7 @@ from prescaler.planning._windows import (
 )
 
 __all__ = [
+    "BORROW_SHARE",
     "BUDGET_ERROR_CAP",
     "BUDGET_GAIN",
     "BUDGET_MAX_TARGET",

@@ -169,9 +169,7 @@ class ScheduledWindow:
         except CroniterError:
             return
 
-    def occurrences(
-        self, since: float, until: float, limit: int | None = None
-    ) -> list[Occurrence]:
+    def occurrences(self, since: float, until: float, limit: int | None = None) -> list[Occurrence]:
         """Occurrences whose span ``[start - lead, end)`` overlaps ``[since, until]``, in
         start order; the first ``limit`` only (listing stops there)."""
         found = takewhile(lambda o: o.prewarm_at <= until, self._upcoming(since))
