@@ -23,7 +23,7 @@ reuses it.
     181 days at 1 minute, mean 11.5 departures a minute: a strong daily cycle (almost
     nothing from 1 to 5 am; hourly autocorrelation 0.98 at 24 h), a weekly one, and
     minute-scale spikes at round times (on-time departures of :00 and :30 schedules).
-    Reading the parquet file needs ``pyarrow`` (``.venv/bin/pip install pyarrow``).
+    Reading the parquet file needs ``pyarrow`` (a dev dependency in ``pyproject.toml``).
 ``retail``: order lines of a UK online retailer, 2009-12-01 to 2011-12-09.
     The UCI Machine Learning Repository's "Online Retail II" (Daqing Chen, 2019,
     doi:10.24432/C5CG6D; licence CC BY 4.0), as redistributed in
@@ -103,7 +103,7 @@ def flights_rate(path: Path) -> pd.DataFrame:
     try:
         import pyarrow.parquet as pq
     except ImportError as err:  # pragma: no cover - depends on the environment
-        raise SystemExit("flights needs pyarrow: .venv/bin/pip install pyarrow") from err
+        raise SystemExit("flights needs pyarrow: make venv (a dev dependency)") from err
     return rate_frame(pq.read_table(path, columns=["date"]).to_pandas()["date"])
 
 
