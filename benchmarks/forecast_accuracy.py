@@ -1,7 +1,8 @@
 """Forecast accuracy at the plan's lookahead: ``model: auto`` against each single model.
 
     .venv/bin/python benchmarks/forecast_accuracy.py [--traces DIR] [--only LABEL]
-        [--first-halves] [--no-readme] [--half-life S] [--switch-t T] [--memory S]
+        [--first-halves] [--no-readme] [--origins N] [--half-life S] [--switch-t T]
+        [--memory S]
 
 For each trace (``servegen_m_small`` at its 10-minute step, ``nab_nyc_taxi`` at its
 30-minute step, the Azure 2023 code and conversation traces binned to 10 s, and the two
@@ -28,7 +29,9 @@ beyond the last minutes; the target is auto within 10 % of the better of them on
 trace, and at least 10 % below it on traces with a daily cycle. Every other model is
 shown beside them. A model that lacked the history at some origins (it answered with the
 last-level fallback) is marked. The result goes between this script's markers in
-``benchmarks/README.md`` (second halves at the defaults only; ``--no-readme`` prints).
+``benchmarks/README.md`` (second halves at the defaults and each case's origins only;
+``--no-readme`` prints; ``--origins`` spreads fewer, for a trace whose every origin is
+slow to fit).
 """
 
 from __future__ import annotations
@@ -291,6 +294,9 @@ def main(argv: list[str] | None = None) -> int:
         "--first-halves", action="store_true", help="score the first halves (fitting knobs)"
     )
     parser.add_argument("--no-readme", action="store_true", help="print only")
+    parser.add_argument(
+        "--origins", type=int, help="forecast origins per trace (default: each case's own)"
+    )
     parser.add_argument("--half-life", type=float, help="SelectionConfig.half_life_seconds")
     parser.add_argument("--switch-t", type=float, help="SelectionConfig.switch_t")
     parser.add_argument("--memory", type=float, help="SelectionConfig.memory_seconds")
@@ -306,6 +312,8 @@ def main(argv: list[str] | None = None) -> int:
     }
     config = replace(SelectionConfig(), **overrides) if overrides else None
     cases = tuple(c for c in CASES if not args.only or args.only in c.label)
+    if args.origins is not None:
+        cases = tuple(replace(c, origins=args.origins) for c in cases)
     generated = Path(tempfile.mkdtemp(prefix="prescaler-traces-"))
     write_synthetic(generated)
     results: list[Result] = []
@@ -316,7 +324,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"# {case.label}: {time.perf_counter() - began:.0f} s", file=sys.stderr)
     text = markdown(results, cases)
     print(text)
-    if not (args.no_readme or args.first_halves or args.only or overrides):
+    partial = args.only or overrides or args.origins is not None
+    if not (args.no_readme or args.first_halves or partial):
         replace_section(BEGIN, END, text, "Forecast accuracy")
     return 0
 
