@@ -857,27 +857,27 @@ def plan(inputs: PlanInputs) -> ScalePlan:
     # HPA's own count grows, or an old change leaves the day). A scale-up never waits.
     budget = inputs.direction_budget
     reserve = inputs.direction_reserve
-    borrows = reserve is not None and reserve > 0 and current - desired > BORROW_SHARE * current
-    if (
+    limited = (
         action == "scale_down"
         and (reactive is None or led)
         and budget is not None
         and budget <= 0
-        and not borrows
         and policy.direction_changes_as_hpa
         and _last_move_up(fleet)
         and current <= policy.max_replicas
-    ):
+    )
+    borrows = reserve is not None and reserve > 0 and current - desired > BORROW_SHARE * current
+    if limited and borrows:
+        reason += (
+            f" (the trailing day's direction changes are spent; releasing more than "
+            f"{BORROW_SHARE:.0%} of the fleet spends one of the week's {reserve})"
+        )
+    elif limited:
         desired, action, driver = current, "hold", "direction"
         reason = (
             f"hold {current} (target {target}): the fleet has changed direction as often "
             f"as its shadow HPA over the trailing day, and a release now would be one more: "
             f"{why}"
-        )
-    elif action == "scale_down" and borrows and budget is not None and budget <= 0:
-        reason += (
-            f" (the trailing day's direction changes are spent; releasing more than "
-            f"{BORROW_SHARE:.0%} of the fleet spends one of the week's {reserve})"
         )
     stuck = fleet.unschedulable_replicas
     least = min(policy.min_replicas, policy.max_replicas)
